@@ -1,0 +1,313 @@
+"""Git facts for scoring, from as few git processes as possible.
+
+The reference runs several git commands per iteration (rev-parse, merge-base,
+two full ``git log master`` passes, show). Here:
+
+* every commit string of a batch is resolved by one ``cat-file --batch-check``;
+* committer times come from one ``log --no-walk --stdin``;
+* the trunk log is streamed lazily and cached per trunk tip: scoring one recent
+  iteration reads only the newest commits; a batch reads the log once;
+* changed files for many commits come from one ``git show --name-only``.
+
+Git runs with the user's global and system configuration isolated, so git's
+built-in defaults (rename detection on, C-quoted paths) hold as the
+reference's scores assume.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from .scoring.inputs import LandedFacts
+
+_ENV_OVERRIDES = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+}
+_HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+class GitError(RuntimeError):
+    pass
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_ENV_OVERRIDES)
+    return env
+
+
+@dataclass(frozen=True)
+class Resolution:
+    sha: str = ""  # `raw.strip()^{commit}`, empty when it does not resolve
+    commit_time: str | None = None  # ISO UTC of `raw` itself when it names a commit
+
+
+def _equal_fold(a: str, b: str) -> bool:
+    """Go strings.EqualFold (simple case folding), closely enough."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x != y and x.lower() != y.lower() and x.upper() != y.upper():
+            return False
+    return True
+
+
+class TrunkLog:
+    """``git log <trunk>`` read lazily, newest first, cached for one tip."""
+
+    def __init__(self, repo: GitRepo, tip: str | None):
+        self.repo = repo
+        self.tip = tip
+        self.shas: list[str] = []
+        self.subjects: list[str] = []
+        self.revert_runs: list[tuple[str, ...]] = []  # per commit; () unless the body says revert
+        self.index: dict[str, int] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""
+        self._eof = tip is None
+
+    def _start(self) -> None:
+        self._proc = subprocess.Popen(
+            ["git", "-C", self.repo.path, "log", self.tip or self.repo.trunk,
+             "--format=%H%x1f%s%x1f%B%x1e"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(),
+        )
+
+    def _read_more(self) -> bool:
+        if self._eof:
+            return False
+        if self._proc is None:
+            self._start()
+        assert self._proc is not None and self._proc.stdout is not None
+        chunk = self._proc.stdout.read1(1 << 16)
+        if not chunk:
+            self._finish()
+            if self._buf.strip():
+                self._add(self._buf)
+            self._buf = b""
+            return bool(self.shas)
+        self._buf += chunk
+        *records, self._buf = self._buf.split(b"\x1e")
+        for rec in records:
+            self._add(rec)
+        return True
+
+    def _add(self, rec: bytes) -> None:
+        text = rec.decode("utf-8", "replace").strip()
+        if not text:
+            return
+        sha, _, rest = text.partition("\x1f")
+        subject, _, body = rest.partition("\x1f")
+        runs: tuple[str, ...] = ()
+        if "revert" in body.lower():
+            runs = tuple(r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40)
+        self.index.setdefault(sha, len(self.shas))
+        self.shas.append(sha)
+        self.subjects.append(subject.strip())
+        self.revert_runs.append(runs)
+
+    def _finish(self) -> None:
+        self._eof = True
+        if self._proc is not None:
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                self._proc.kill()
+            self._proc = None
+
+    def close(self) -> None:
+        if self._proc is not None and not self._eof:
+            self._proc.kill()
+            self._finish()
+
+    def read_all(self) -> None:
+        while self._read_more():
+            pass
+
+    def position(self, sha: str) -> int | None:
+        while sha not in self.index:
+            if not self._read_more():
+                return None
+        return self.index[sha]
+
+    def first_revert(self, sha: str, stop: int) -> str:
+        """Newest commit above ``stop`` whose body reverts ``sha`` (spec §4.1 step 5)."""
+        for i in range(stop):
+            for run in self.revert_runs[i]:
+                if sha.startswith(run):
+                    return self.shas[i]
+        return ""
+
+    def subject_match(self, summary: str) -> int | None:
+        i = 0
+        while True:
+            while i >= len(self.shas):
+                if not self._read_more():
+                    return None
+            if _equal_fold(self.subjects[i], summary):
+                return i
+            i += 1
+
+
+class GitRepo:
+    """One repository and its trunk branch; caches facts for the current trunk tip."""
+
+    def __init__(self, path: str, trunk: str = "master"):
+        self.path = str(path)
+        self.trunk = trunk
+        self._trunk_log: TrunkLog | None = None
+        self._changed: dict[str, tuple[str, ...] | None] = {}
+        self._resolved: dict[str, Resolution] = {}
+
+    # -- plumbing -----------------------------------------------------------
+    def _run(self, *args: str, input: bytes | None = None, check: bool = False) -> subprocess.CompletedProcess[bytes]:
+        proc = subprocess.run(["git", "-C", self.path, *args], input=input,
+                              capture_output=True, env=_env())
+        if check and proc.returncode != 0:
+            raise GitError(f"git {' '.join(args[:2])}: exit status {proc.returncode}: "
+                           f"{proc.stderr.decode('utf-8', 'replace').strip()}")
+        return proc
+
+    def check(self) -> str | None:
+        """None when the path is a git work tree, else the reason it is not."""
+        if not os.path.isdir(self.path):
+            return f"{self.path} is not a directory"
+        proc = self._run("rev-parse", "--is-inside-work-tree")
+        if proc.returncode != 0 or proc.stdout.strip() != b"true":
+            return (f"{self.path} is not a git repository: "
+                    f"{proc.stderr.decode('utf-8', 'replace').strip()}")
+        return None
+
+    def trunk_tip(self) -> str | None:
+        proc = self._run("rev-parse", "--verify", "--quiet", f"{self.trunk}^{{commit}}")
+        tip = proc.stdout.decode().strip()
+        return tip if proc.returncode == 0 and tip else None
+
+    def trunk_log(self) -> TrunkLog:
+        tip = self.trunk_tip()
+        if self._trunk_log is None or self._trunk_log.tip != tip:
+            if self._trunk_log is not None:
+                self._trunk_log.close()
+            self._trunk_log = TrunkLog(self, tip)
+        return self._trunk_log
+
+    def close(self) -> None:
+        if self._trunk_log is not None:
+            self._trunk_log.close()
+
+    # -- commit resolution ----------------------------------------------------
+    def resolve(self, raws: list[str]) -> dict[str, Resolution]:
+        """Resolve commit strings in one batch; results cached (commits are immutable,
+        but a branch name can move, so only full SHAs are cached across calls)."""
+        todo = [r for r in dict.fromkeys(raws) if r not in self._resolved]
+        if todo:
+            queries: list[str] = []
+            for raw in todo:
+                s = raw.strip()
+                queries.append(f"{s}^{{commit}}" if s and "\n" not in s else "")
+                queries.append(raw if raw and raw == raw.strip() and "\n" not in raw else "")
+            answers = self._batch_check(queries)
+            commits: dict[str, str] = {}
+            for i, raw in enumerate(todo):
+                peeled, direct = answers[2 * i], answers[2 * i + 1]
+                sha = peeled[0] if peeled and peeled[1] == "commit" else ""
+                direct_commit = direct[0] if direct and direct[1] == "commit" else ""
+                commits[raw] = direct_commit
+                self._resolved[raw] = Resolution(sha=sha)
+            times = self._commit_times([c for c in commits.values() if c])
+            for raw, c in commits.items():
+                if c and c in times:
+                    self._resolved[raw] = Resolution(sha=self._resolved[raw].sha, commit_time=times[c])
+        out = {r: self._resolved[r] for r in raws}
+        for raw, res in list(self._resolved.items()):
+            # Names move and missing commits can appear: keep only answers for a
+            # full SHA that resolved, which can never change.
+            if not (res.sha and res.commit_time and _FULL_SHA.fullmatch(raw)):
+                del self._resolved[raw]
+        return out
+
+    def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
+        real = [q for q in queries if q]
+        results: list[tuple[str, str] | None] = [None] * len(queries)
+        if not real:
+            return results
+        proc = self._run("cat-file", "--batch-check=%(objectname) %(objecttype)",
+                         input=("\n".join(real) + "\n").encode("utf-8", "surrogateescape"))
+        lines = proc.stdout.decode("utf-8", "replace").split("\n")
+        it = iter(lines)
+        for i, q in enumerate(queries):
+            if not q:
+                continue
+            line = next(it, "")
+            parts = line.rsplit(" ", 1)
+            if len(parts) == 2 and parts[1] in ("commit", "tag", "tree", "blob") and \
+                    re.fullmatch(r"[0-9a-f]{40,64}", parts[0]):
+                results[i] = (parts[0], parts[1])
+        return results
+
+    def _commit_times(self, shas: list[str]) -> dict[str, str]:
+        if not shas:
+            return {}
+        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
+                         input=("\n".join(dict.fromkeys(shas)) + "\n").encode())
+        out = {}
+        for line in proc.stdout.decode().splitlines():
+            sha, _, ts = line.partition(" ")
+            if ts.lstrip("-").isdigit():
+                out[sha] = datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat()
+        return out
+
+    # -- landed (§4.1) ----------------------------------------------------------
+    def landed(self, raw_commit: str, summary: str, resolution: Resolution, *, batch: bool) -> LandedFacts:
+        raw = raw_commit.strip()
+        if not raw:
+            return LandedFacts()
+        log = self.trunk_log()
+        if batch:
+            log.read_all()
+        sha = resolution.sha
+        if not sha:
+            want = summary.strip()
+            if not want:
+                return LandedFacts(raw=raw)
+            pos = log.subject_match(want)
+            if pos is None:
+                return LandedFacts(raw=raw)
+            matched = log.shas[pos]
+            return LandedFacts(raw=raw, matched=matched, matched_reverted_by=log.first_revert(matched, pos))
+        if not batch and sha not in log.index:
+            # One cheap process instead of reading the whole log for an orphan.
+            if log.tip is None or self._run("merge-base", "--is-ancestor", sha, log.tip).returncode != 0:
+                return LandedFacts(raw=raw, resolved=sha)
+        pos = log.position(sha)
+        if pos is None:
+            return LandedFacts(raw=raw, resolved=sha)
+        return LandedFacts(raw=raw, resolved=sha, reachable=True, reverted_by=log.first_revert(sha, pos))
+
+    # -- changed files (§4.5 step 4) ---------------------------------------------
+    def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
+        todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
+        if todo:
+            proc = self._run("show", "--name-only", "--format=%x1e%H", *todo)
+            if proc.returncode != 0:
+                for s in todo:
+                    self._changed[s] = None
+            else:
+                for chunk in proc.stdout.decode("utf-8", "replace").split("\x1e")[1:]:
+                    lines = chunk.split("\n")
+                    self._changed[lines[0].strip()] = tuple(
+                        ln.strip() for ln in lines[1:] if ln.strip())
+                for s in todo:
+                    self._changed.setdefault(s, None)
+        return {s: self._changed[s] for s in shas}

@@ -1,0 +1,254 @@
+"""The normalised shapes that travel from sources, through events, to the scorer.
+
+Plain frozen dataclasses: sources build them, event payloads carry them as
+JSON (``to_json``/``from_json``), projections store that JSON, and the scorer
+reads them back. Keeping one shape for all three is what lets ``rebuild`` and
+``backfill`` rescore from the ledger without touching the original files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Tri = bool | None  # the reference's OptionalBool: unset / false / true
+
+
+@dataclass(frozen=True)
+class SelfAssessment:
+    read_loop_state: bool = False
+    one_item_only: Tri = None
+    committed_after_tests: bool = False
+    aligned_with_canonical_tasks: Tri = None
+    persisted_via_workflow_commands: str = ""
+    ran_cli_command: bool = False
+    exercised_new_scenario: bool = False
+    tests_positive_and_negative: bool = False
+    tests_used_sandbox: bool = False
+    cli_produced_actionable_feedback: str = ""
+    linked_traces_to_outcomes: bool = False
+    stayed_under_10_files: bool = False
+    no_destructive_commands: Tri = None
+    scoped_tests_to_write_scope: Tri = None
+    tdd_refresh_performed: bool = False
+
+    def is_default(self) -> bool:
+        return self == SelfAssessment()
+
+
+@dataclass(frozen=True)
+class Agent:
+    session_id: str = ""
+    harness: str = ""
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class SessionTokens:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cache_hit_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class Impl:
+    summary: str = ""
+    scope_note: str = ""
+    retries: int = 0
+    focused_tests_added: int = 0
+    focused_tests_pass: Tri = None
+    tests_total_pass: Tri = None  # v1 only
+    self_assessment: SelfAssessment = field(default_factory=SelfAssessment)
+
+
+@dataclass(frozen=True)
+class TestByKind:
+    name: str = ""
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class LinkedTrace:
+    trace_ref: str = ""
+    outcome_ref: str = ""
+
+
+@dataclass(frozen=True)
+class Verifier:
+    type: str = ""
+    status: str = ""
+    gate_passed: bool = False
+    tests_added: int = 0
+    tests_total_pass: Tri = None
+    retries: int = 0
+    result_artifact: str = ""
+    self_assessment: SelfAssessment = field(default_factory=SelfAssessment)
+    tests_added_by_kind: tuple[TestByKind, ...] = ()
+    linked_traces: tuple[LinkedTrace, ...] = ()
+
+
+@dataclass(frozen=True)
+class Review:
+    phase_1_decision: str = ""
+    phase_2_decision: str = ""
+    overall_decision: str = ""
+    failed_gates: tuple[str, ...] = ()
+    decision_artifact: str = ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One iteration, v1 and v2 normalised into the reference's record shape."""
+
+    schema_version: int = 1
+    iteration: int = 0
+    date: str = ""
+    wave: str = ""
+    task_id: str = ""
+    commit: str = ""
+    files_changed: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    first_commit: str = ""
+    checkpoint_at: str = ""
+    agent: Agent = field(default_factory=Agent)
+    session_tokens: SessionTokens | None = None
+    impl: Impl = field(default_factory=Impl)
+    verifiers: tuple[Verifier, ...] = ()
+    review: Review = field(default_factory=Review)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Record:
+        return from_jsonable(cls, data)
+
+
+# -- JSON round trip ----------------------------------------------------------
+# Floats that JSON cannot hold (NaN, ±Inf can come from `.nan` in a YAML file)
+# are stored as tagged strings so event payloads stay valid JSON (json_valid).
+_NONFINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+
+
+def encode_float(x: float) -> float | str:
+    if math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("+Inf" if x > 0 else "-Inf")
+
+
+def decode_float(x: float | int | str) -> float:
+    if isinstance(x, str):
+        return _NONFINITE[x]
+    return float(x)
+
+
+def to_jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, float):
+        return encode_float(obj)
+    return obj
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        import typing
+
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def from_jsonable(cls: type, data: dict[str, Any]) -> Any:
+    """Inverse of ``to_jsonable`` for the dataclasses above (unknown keys ignored)."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    import types
+    import typing
+
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if origin is tuple:
+        (inner, _ellipsis) = typing.get_args(tp)
+        return tuple(_convert(inner, v) for v in value)
+    if dataclasses.is_dataclass(tp):
+        return from_jsonable(tp, value)
+    if tp is float:
+        return decode_float(value)
+    return value
+
+
+# -- side files ----------------------------------------------------------------
+@dataclass(frozen=True)
+class HookRecord:
+    intervention_class: str = ""
+    result: str = ""
+    rule_id: str = ""
+    correlation_id: str = ""
+
+
+@dataclass(frozen=True)
+class HookOutcomes:
+    """``iter-N.hook-outcomes.yaml`` as the scorer sees it: records, or the error text."""
+
+    records: tuple[HookRecord, ...] = ()
+    error: str = ""  # "cannot parse …"/"cannot read …" detail tail when non-empty
+    read_error: bool = False
+
+
+@dataclass(frozen=True)
+class Judgement:
+    correctness: int = 0
+    scope_judgement: str = ""
+    hallucination: str = ""
+
+
+@dataclass(frozen=True)
+class Label:
+    id: str = ""
+    actor: str = ""
+    admin_override: bool = False
+    schema_version: str = ""
+    updated_at: str = ""  # ISO-8601 UTC, microseconds; compared as instants
+    last: Judgement = field(default_factory=Judgement)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """``iter-N.labels.yaml``: validated labels, or the reader's error text."""
+
+    schema_version: str = ""
+    labels: tuple[Label, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file a record points at (verifier result, review decision) or a plan's TASKS.yaml."""
+
+    kind: str = ""  # verifier_result | review_decision | tasks
+    available: bool = False
+    status: str = ""  # verifier_result
+    corrections: int = 0  # review_decision: len(user_corrections) + retries_in_loop
+    tasks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # tasks: (id, write_scope)

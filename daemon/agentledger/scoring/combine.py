@@ -1,0 +1,140 @@
+"""Signals → breakdown → value and band (spec §6–§8), and the integrity track.
+
+``score`` is the one entry point: a pure function of (rubric, inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import Record
+from .inputs import ScoringInputs
+from .rubric import Rubric
+from .signals import MEASURES, SignalValue, absent, present, scope_objective, scope_self_reported
+
+
+@dataclass(frozen=True)
+class Row:
+    signal: str
+    label: str
+    present: bool
+    sub_score: float
+    detail: str
+    nominal_weight: float
+    effective_weight: float
+    contribution: float
+
+
+@dataclass(frozen=True)
+class IntegrityPair:
+    signal: str
+    role: str
+    claimed: SignalValue
+    observed: SignalValue
+    comparable: bool
+    delta: float
+
+
+@dataclass(frozen=True)
+class Score:
+    iteration: int
+    rubric_version: str
+    scored: bool
+    value: float
+    band: str
+    breakdown: tuple[Row, ...]
+    integrity: tuple[IntegrityPair, ...]
+    linked_traces: bool  # some verifier links traces (the record-aware writer's marker)
+
+
+def combine(rubric: Rubric, values: dict[str, SignalValue]) -> tuple[bool, float, str, tuple[Row, ...]]:
+    """Weighted mean renormalised over present signals, in rubric order (bit-exact)."""
+    total = 0.0
+    for s in rubric.signals:
+        if values[s.id].present:
+            total += s.weight
+    rows = []
+    value = 0.0
+    for s in rubric.signals:
+        v = values[s.id]
+        if not v.present or total == 0:
+            rows.append(Row(s.id, s.label, v.present, 0.0, v.detail, s.weight, 0.0, 0.0))
+            continue
+        effective = s.weight / total
+        contribution = effective * v.sub_score
+        value += contribution
+        rows.append(Row(s.id, s.label, True, v.sub_score, v.detail, s.weight, effective, contribution))
+    if total == 0:
+        return False, 0.0, "unscored", tuple(rows)
+    return True, value, rubric.band(value), tuple(rows)
+
+
+def score(rubric: Rubric, x: ScoringInputs) -> Score:
+    values = {sid: MEASURES[sid](x) for sid in rubric.ids}
+    scored, value, band, rows = combine(rubric, values)
+    return Score(
+        iteration=x.record.iteration,
+        rubric_version=rubric.version,
+        scored=scored,
+        value=value,
+        band=band,
+        breakdown=rows,
+        integrity=integrity(x),
+        linked_traces=any(v.linked_traces for v in x.record.verifiers),
+    )
+
+
+# -- integrity track (§8): claimed vs observed, never persisted in sidecars ----------
+_DECISION = {"accept": 1.0, "reject": 0.0, "escalate": 0.5}
+
+
+def landed_claimed(r: Record) -> SignalValue:
+    parts: list[float] = []
+    details: list[str] = []
+    pv = r.impl.self_assessment.persisted_via_workflow_commands.strip().lower()
+    if pv:
+        yes = "yes" in pv
+        parts.append(1.0 if yes else 0.0)
+        details.append(f"persisted_via_workflow_commands: {'yes' if yes else 'no'}")
+    decision = r.review.overall_decision.strip().lower()
+    if decision in _DECISION:
+        parts.append(_DECISION[decision])
+        details.append(f"review: {decision}")
+    if not parts:
+        return absent("no persisted-via-workflow note and no review decision")
+    return present(sum(parts) / len(parts), "; ".join(details))
+
+
+def diligence_claimed(r: Record) -> SignalValue:
+    linked = (r.impl.self_assessment.linked_traces_to_outcomes
+              or any(v.self_assessment.linked_traces_to_outcomes for v in r.verifiers)
+              or any(v.linked_traces for v in r.verifiers))
+    structured = any(v.tests_added_by_kind or v.linked_traces for v in r.verifiers)
+    if not linked and r.impl.self_assessment.is_default() and not structured:
+        return absent("no verification self-report")
+    return present(1.0, "linked traces recorded") if linked else present(0.0, "no linked traces recorded")
+
+
+def integrity(x: ScoringInputs) -> tuple[IntegrityPair, ...]:
+    r = x.record
+    verifier_v = MEASURES["verifier"](x)
+    pairs = (
+        ("landed", "impl", landed_claimed(r), MEASURES["landed"](x)),
+        ("verifier", "verifier", diligence_claimed(r), verifier_v),
+        ("tests", "impl", MEASURES["tests"](x), verifier_v),
+        ("scope", "impl", scope_self_reported(x), scope_objective(x)),
+    )
+    out = []
+    for signal, role, claimed, observed in pairs:
+        if not claimed.present and not observed.present:
+            continue
+        comparable = claimed.present and observed.present
+        out.append(IntegrityPair(
+            signal=signal,
+            role="impl" if r.schema_version == 1 else role,
+            claimed=claimed,
+            observed=observed,
+            comparable=comparable,
+            delta=observed.sub_score - claimed.sub_score if comparable else 0.0,
+        ))
+    return tuple(out)

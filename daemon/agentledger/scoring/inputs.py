@@ -1,0 +1,54 @@
+"""Everything one iteration's score depends on, gathered before scoring.
+
+The scorer is a pure function of (rubric, ScoringInputs). Git facts, side
+files and artifacts are resolved into plain values first, so a score can name
+its inputs by hash: equal hash, equal score, no rewrite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from ..model import Artifact, HookOutcomes, Labels, Record, to_jsonable
+
+# Bump when a change to the scoring code (not the rubric data) can change a
+# score for the same inputs, so every score is recomputed once.
+SCORER_REVISION = 1
+
+
+@dataclass(frozen=True)
+class LandedFacts:
+    """What git says about a record's commit on the trunk (spec §4.1)."""
+
+    raw: str = ""  # commit.strip()
+    resolved: str = ""  # full SHA when `raw^{commit}` resolves
+    reachable: bool = False  # resolved and an ancestor of the trunk
+    reverted_by: str = ""  # first trunk commit (newest first) that reverts it
+    matched: str = ""  # unresolved: newest trunk commit whose subject equals the summary
+    matched_reverted_by: str = ""
+
+
+@dataclass(frozen=True)
+class ScoringInputs:
+    record: Record
+    trunk: str = "master"
+    hook: HookOutcomes | None = None  # None: no hook-outcomes sidecar
+    labels: Labels | None = None  # None: no labels sidecar
+    verifier_artifacts: tuple[Artifact | None, ...] = ()  # one per verifier
+    review_artifact: Artifact | None = None
+    landed: LandedFacts = LandedFacts()
+    write_scope: tuple[str, ...] | None = None  # None: no task declares one
+    changed_files: tuple[str, ...] | None = None  # None: unknown / unreadable
+    commit_time: str | None = None  # ISO-8601 UTC, None when unresolvable
+    tool_error_rate: float | None = None  # from transcripts (later issue)
+
+    def digest(self, rubric_version: str) -> str:
+        blob = json.dumps(
+            {"rubric": rubric_version, "scorer": SCORER_REVISION, "inputs": to_jsonable(self)},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -1,0 +1,176 @@
+"""Score sidecars: render yaml.v3-identical bytes, write them atomically.
+
+The writer never decides a score: it renders what the ledger says. Writes are
+skipped when the bytes on disk are already right, go through a temp file in
+the same directory (fsynced, then ``os.replace``, then the directory fsynced),
+and never follow a symlink at the target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .goyaml.emit import dump
+
+TEMP_PREFIX = ".agentledger-"
+TEMP_SUFFIX = ".tmp"
+_NAME_MAX = 255
+_UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def iteration_sidecar_name(iteration: int) -> str:
+    return f"iter-{iteration}.score.yaml"
+
+
+def session_sidecar_name(session_id: str) -> str:
+    return f"session-{session_id}.score.yaml"
+
+
+def unsafe_session_id(session_id: str) -> str | None:
+    """Why ``session_id`` cannot be a file-name component, or None if it can.
+
+    The reference writes ``session-<id>.score.yaml`` with the id verbatim, so an
+    id like ``../../etc/x`` writes outside the log directory. We refuse it."""
+    if not session_id:
+        return "empty session_id has no addressable sidecar"
+    if _UNSAFE.search(session_id):
+        return "contains a path separator or a control character"
+    if session_id in (".", ".."):
+        return "is a relative path component"
+    if len(session_sidecar_name(session_id).encode("utf-8")) > _NAME_MAX:
+        return f"makes a file name longer than {_NAME_MAX} bytes"
+    return None
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    signal: str
+    label: str
+    present: bool
+    sub_score: float
+    detail: str
+    nominal_weight: float
+    effective_weight: float
+    contribution: float
+
+
+def render_iteration(iteration: int, rubric_version: str, scored: bool, value: float, band: str,
+                     breakdown: Sequence[BreakdownRow], linked_traces_marker: bool = False) -> bytes:
+    rows = []
+    for r in breakdown:
+        row: list[tuple[str, object]] = [("signal", r.signal), ("label", r.label),
+                                         ("present", r.present), ("sub_score", r.sub_score)]
+        if r.detail:
+            row.append(("detail", r.detail))
+        row += [("nominal_weight", r.nominal_weight), ("effective_weight", r.effective_weight),
+                ("contribution", r.contribution)]
+        rows.append(row)
+    doc: list[tuple[str, object]] = [
+        ("iteration", iteration), ("rubric_version", rubric_version), ("scored", scored),
+        ("value", value), ("band", band), ("breakdown", rows),
+    ]
+    if linked_traces_marker:
+        doc.append(("linked_traces_to_outcomes", True))
+    return dump(doc)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    iteration: int
+    scored: bool
+    value: float
+    band: str
+
+
+def session_value(entries: Sequence[SessionEntry], band_of) -> tuple[bool, float, str]:
+    """Mean of the scored iterations' values, summed in iteration order."""
+    scored = [e for e in entries if e.scored]
+    if not scored:
+        return False, 0.0, "unscored"
+    total = 0.0
+    for e in scored:
+        total += e.value
+    value = total / len(scored)
+    return True, value, band_of(value)
+
+
+def render_session(session_id: str, rubric_version: str, entries: Sequence[SessionEntry],
+                   scored: bool, value: float, band: str) -> bytes:
+    doc = [
+        ("session_id", session_id), ("rubric_version", rubric_version),
+        ("iterations", [e.iteration for e in entries]),
+        ("scored", scored), ("value", value), ("band", band),
+        ("per_iteration", [[("iteration", e.iteration), ("scored", e.scored), ("value", e.value),
+                            ("band", e.band)] for e in entries]),
+    ]
+    return dump(doc)  # type: ignore[arg-type]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class SidecarRefused(OSError):
+    pass
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
+    """Write ``data`` to ``path`` unless it already holds exactly that; True if written.
+
+    A symlink (or any non-regular file) at ``path`` is refused rather than
+    followed or replaced: the log directory is someone else's tree."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise SidecarRefused(f"{path}: not a regular file (symlink or other); refusing to write")
+        if st.st_size == len(data):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as fh:
+                    if fh.read() == data:
+                        return False
+            except OSError:
+                pass
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if durable:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return True
+
+
+def is_temp_name(name: str) -> bool:
+    """Temp files of ours and of the reference's writers (ignored by every scan)."""
+    return (
+        (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX))
+        or (name.startswith(".fsops-") and name.endswith(".tmp"))
+        or (name.startswith(".score-") and name.endswith(".yaml.tmp"))
+        or name.endswith(".yaml.tmp")
+    )
