@@ -1,0 +1,208 @@
+"""Configuration: a TOML file, then ``AGENTLEDGER_*`` environment variables, then flags.
+
+Where the file comes from: ``--config PATH``, else ``$AGENTLEDGER_CONFIG``,
+else ``./agentledger.toml`` if present, else built-in defaults. Every scalar
+key ``[section] key`` can be overridden by ``AGENTLEDGER_SECTION_KEY``.
+
+This module is deliberately stdlib-only (``tomllib`` + dataclasses): it runs
+on every ``agentledger score`` call from the close-task hook, where importing
+pydantic alone would cost ~60 ms. Unknown keys are errors, so a typo in a
+service's config fails loudly at start instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .store.db import default_store_path
+
+DEFAULT_RUBRIC = "2.1.0"
+DEFAULT_TRUNK = "master"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class IterationLogSource:
+    path: Path  # the iteration-log directory
+    repo: Path  # the git work tree its records' commits live in
+    trunk: str = DEFAULT_TRUNK
+    name: str = ""
+
+    @property
+    def id(self) -> str:
+        """Stable identity in the ledger: the directory's absolute path."""
+        return str(self.path)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.path)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    path: Path = field(default_factory=default_store_path)
+    synchronous: str = "FULL"
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    rubric: str = DEFAULT_RUBRIC
+    # Write `linked_traces_to_outcomes: true` like the reference's record-aware
+    # writer. Off by default: the reference sidecar set was written without it.
+    linked_traces_marker: bool = False
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_file_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Config:
+    store: StoreConfig = field(default_factory=StoreConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    iteration_logs: tuple[IterationLogSource, ...] = ()
+    origin: str = "defaults"
+
+
+_SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "limits": LimitsConfig}
+
+
+def _coerce(section: str, key: str, tp: Any, value: Any, where: str) -> Any:
+    name = f"[{section}] {key}"
+    if tp in (Path, "Path"):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {name} must be a non-empty path string")
+        return Path(os.path.expanduser(value))
+    if tp in (bool, "bool"):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where}: {name} must be true or false, not {value!r}")
+    if tp in (int, "int"):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: {name} must be an integer")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: {name} must be an integer, not {value!r}") from None
+        if number <= 0:
+            raise ConfigError(f"{where}: {name} must be positive")
+        return number
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {name} must be a string, not {value!r}")
+    return value
+
+
+def _section(cls: type, section: str, data: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) in [{section}]: {', '.join(unknown)} "
+                          f"(known: {', '.join(known)})")
+    return cls(**{k: _coerce(section, k, known[k].type, v, where) for k, v in data.items()})
+
+
+def _source(data: Any, where: str, base: Path) -> IterationLogSource:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: each [[iteration_logs]] entry must be a table")
+    allowed = {"path", "repo", "trunk", "name"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) in [[iteration_logs]]: {', '.join(unknown)}")
+    for req in ("path", "repo"):
+        if not isinstance(data.get(req), str) or not data[req]:
+            raise ConfigError(f"{where}: [[iteration_logs]] needs {req} = \"…\"")
+    return make_source(data["path"], data["repo"], data.get("trunk") or DEFAULT_TRUNK,
+                       data.get("name", ""), base=base)
+
+
+def make_source(path: str | Path, repo: str | Path, trunk: str = DEFAULT_TRUNK, name: str = "",
+                base: Path | None = None) -> IterationLogSource:
+    base = base or Path.cwd()
+    p = (base / os.path.expanduser(str(path))).resolve()
+    r = (base / os.path.expanduser(str(repo))).resolve()
+    if not isinstance(trunk, str) or not trunk.strip():
+        raise ConfigError("trunk must be a non-empty branch name")
+    return IterationLogSource(path=p, repo=r, trunk=trunk, name=name)
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("AGENTLEDGER_CONFIG")
+    if env:
+        return Path(env)
+    local = Path("agentledger.toml")
+    return local if local.is_file() else None
+
+
+def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Config:
+    env = dict(os.environ if env is None else env)
+    path = find_config_file(explicit)
+    data: dict[str, Any] = {}
+    origin = "defaults"
+    base = Path.cwd()
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        origin = str(path)
+        base = path.resolve().parent
+    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs"})
+    if unknown:
+        raise ConfigError(f"{origin}: unknown section(s): {', '.join(unknown)}")
+    parts: dict[str, Any] = {}
+    for section, cls in _SECTIONS.items():
+        raw = data.get(section, {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{origin}: [{section}] must be a table")
+        raw = dict(raw)
+        for f in fields(cls):
+            key = f"AGENTLEDGER_{section.upper()}_{f.name.upper()}"
+            if env.get(key):
+                raw[f.name] = env[key]
+        if section == "store" and "path" in raw and path is not None and not env.get("AGENTLEDGER_STORE_PATH"):
+            raw["path"] = str(base / os.path.expanduser(raw["path"]))
+        parts[section] = _section(cls, section, raw, origin)
+    logs = data.get("iteration_logs", [])
+    if not isinstance(logs, list):
+        raise ConfigError(f"{origin}: iteration_logs must be an array of tables ([[iteration_logs]])")
+    sources = tuple(_source(item, origin, base) for item in logs)
+    if env.get("AGENTLEDGER_ITERATION_LOG"):
+        if not env.get("AGENTLEDGER_REPO"):
+            raise ConfigError("AGENTLEDGER_ITERATION_LOG needs AGENTLEDGER_REPO too")
+        sources = (make_source(env["AGENTLEDGER_ITERATION_LOG"], env["AGENTLEDGER_REPO"],
+                               env.get("AGENTLEDGER_TRUNK") or DEFAULT_TRUNK),)
+    return Config(iteration_logs=sources, origin=origin, **parts)
+
+
+def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = None,
+                   iteration_log: str | None = None, repo: str | None = None,
+                   trunk: str | None = None) -> Config:
+    """Apply command-line flags (the last word)."""
+    if db:
+        cfg = replace(cfg, store=replace(cfg.store, path=Path(os.path.expanduser(db))))
+    if rubric:
+        cfg = replace(cfg, scoring=replace(cfg.scoring, rubric=rubric))
+    if iteration_log or repo:
+        if not (iteration_log and repo):
+            raise ConfigError("--iteration-log and --repo go together")
+        cfg = replace(cfg, iteration_logs=(make_source(iteration_log, repo, trunk or DEFAULT_TRUNK),))
+    elif trunk:
+        cfg = replace(cfg, iteration_logs=tuple(replace(s, trunk=trunk) for s in cfg.iteration_logs))
+    return cfg

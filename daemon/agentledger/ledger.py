@@ -1,0 +1,434 @@
+"""The ledger's main job, one direction: source → events → projections → score → sidecar.
+
+``Ledger`` ties the pieces together for the CLI (and later the daemon):
+
+* ``ingest`` asks a source what changed and commits the proposed events, the
+  projections they imply and the source checkpoints in one transaction per
+  batch, so a crash leaves either all of a batch or none of it;
+* ``score`` gathers each iteration's inputs from projections plus batched git
+  facts, scores them with the pure scorer, and appends a ``score.computed``
+  event only when the inputs hash changed;
+* ``sync_sidecars`` renders sidecars from the ledger (never from a live score)
+  and writes those whose bytes on disk differ;
+* ``ensure_rubric`` records a rubric activation and runs (or resumes) the
+  backfill that rescores every iteration under it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import sidecars
+from .config import Config, IterationLogSource
+from .git import GitRepo
+from .model import Artifact, HookOutcomes, Labels, Record, encode_float, from_jsonable, to_jsonable
+from .scoring import rubric as rubrics
+from .scoring.combine import Score, score
+from .scoring.inputs import ScoringInputs
+from .sources import iterlog as S
+from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
+from .store import db as store
+from .store.events import Event, append
+from .store.projections import Projector, render_score_payload, session_document
+
+log = logging.getLogger("agentledger")
+BATCH = 500
+Progress = Callable[[int, int], None]
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be scored right now (e.g. its repo is not a git work tree)."""
+
+
+@dataclass
+class Report:
+    events: int = 0
+    quarantined: int = 0
+    files_read: int = 0
+    scored: int = 0
+    unchanged: int = 0
+    sidecars_written: int = 0
+    sessions_written: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: Report) -> Report:
+        for k in ("events", "quarantined", "files_read", "scored", "unchanged",
+                  "sidecars_written", "sessions_written"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.errors += other.errors
+        return self
+
+
+def _chunks(items: list, size: int = BATCH) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class Ledger:
+    def __init__(self, cfg: Config, conn: sqlite3.Connection | None = None):
+        self.cfg = cfg
+        self.rubric = rubrics.load(cfg.scoring.rubric)
+        self.conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
+        self.limits = S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes)
+        self._repos: dict[str, GitRepo] = {}
+
+    def close(self) -> None:
+        for repo in self._repos.values():
+            repo.close()
+        self.conn.close()
+
+    # ------------------------------------------------------------------ sources
+    def register_sources(self) -> None:
+        now = datetime.now(timezone.utc).isoformat()
+        with store.write_transaction(self.conn):
+            for src in self.cfg.iteration_logs:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at)"
+                    " VALUES (?, 'iteration_log', ?, ?, ?, ?)",
+                    (src.id, str(src.path), str(src.repo), src.trunk, now))
+
+    def repo(self, src: IterationLogSource) -> GitRepo:
+        repo = self._repos.get(src.id)
+        if repo is None:
+            repo = self._repos[src.id] = GitRepo(str(src.repo), src.trunk)
+        return repo
+
+    # ------------------------------------------------------------------ ingest
+    def _checkpoints(self, src: IterationLogSource, rels: list[str] | None) -> dict[str, dict]:
+        sql = "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+        args: list = [src.id]
+        if rels is not None:
+            if not rels:
+                return {}
+            sql += " AND path IN (%s)" % ",".join("?" * len(rels))
+            args += rels
+        return {r["path"]: {"stat": (r["dev"], r["ino"], r["size"], r["mtime_ns"]),
+                            "content_hash": r["content_hash"]}
+                for r in self.conn.execute(sql, args)}
+
+    def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
+                 report: Report) -> list[S.Observation]:
+        cps = self._checkpoints(src, rels)
+        out = []
+        for cand in cands:
+            obs = S.observe(src, cand, cps.get(cand.rel), self.limits)
+            if obs is not None:
+                out.append(obs)
+                report.files_read += obs.digest is not None
+        return out
+
+    def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Report) -> None:
+        for chunk in _chunks(observations):
+            with store.write_transaction(self.conn):
+                projector = Projector(self.conn)
+                for obs in chunk:
+                    self._commit_one(src, obs, projector, report)
+                projector.flush()
+
+    def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
+                    report: Report) -> None:
+        row = self.conn.execute("SELECT content_hash FROM source_checkpoints WHERE source = ? AND path = ?",
+                                (src.id, obs.cand.rel)).fetchone()
+        prev = row[0] if row else None
+        if obs.digest is None and prev is None:
+            return  # already known to be gone
+        last_seq = None
+        if obs.digest != prev:
+            occurred = (datetime.fromtimestamp(obs.stat[3] / 1e9, timezone.utc).isoformat()
+                        if obs.stat and obs.stat[3] else None)
+            for i, ev in enumerate(obs.events):
+                ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{prev or '-'}|{i}"
+                ev.occurred_at = occurred
+                if append(self.conn, ev):
+                    projector.apply(ev)
+                    last_seq = ev.seq
+                    report.events += 1
+                    if ev.type == "source.quarantined":
+                        report.quarantined += 1
+                        log.warning("quarantined %s: %s", obs.cand.abs, ev.payload["reason"])
+        if obs.digest is None:
+            self.conn.execute("DELETE FROM source_checkpoints WHERE source = ? AND path = ?",
+                              (src.id, obs.cand.rel))
+            return
+        dev, ino, size, mtime = obs.stat or (None, None, None, None)
+        self.conn.execute(
+            "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, content_hash, last_seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (source, path) DO UPDATE SET kind = excluded.kind,"
+            " dev = excluded.dev, ino = excluded.ino, size = excluded.size, mtime_ns = excluded.mtime_ns,"
+            " content_hash = excluded.content_hash, last_seq = coalesce(excluded.last_seq, last_seq)",
+            (src.id, obs.cand.rel, obs.cand.kind, dev, ino, size, mtime, obs.digest, last_seq))
+
+    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
+        """Read what changed in one source: all of it, or only what ``iterations`` need."""
+        report = Report()
+        if iterations is None:
+            cands = S.log_candidates(src)
+            seen = {c.rel for c in cands}
+            gone = [r[0] for r in self.conn.execute(
+                "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?)",
+                (src.id, *S.LOG_KINDS)) if r[0] not in seen]
+            cands += S.log_candidates(src, gone)
+            self._commit(src, self._observe(src, cands, None, report), report)
+        else:
+            names = ["historical.yaml"]
+            for n in iterations:
+                names += [f"iter-{n}.yaml", f"iter-{n}.hook-outcomes.yaml", f"iter-{n}.labels.yaml"]
+            cands = S.log_candidates(src, names)
+            self._commit(src, self._observe(src, cands, [c.rel for c in cands], report), report)
+            if any(self._effective(src, [n]) == {} for n in iterations):
+                # The record may live in a file not named after it: look at the whole directory.
+                return report.add(self.ingest(src))
+        # Artifacts: what the records point at, and the plans' write scopes.
+        refs = []
+        for rec in self._effective(src, iterations).values():
+            refs += [(VERIFIER_RESULT, v.result_artifact) for v in rec.verifiers]
+            refs.append((REVIEW_DECISION, rec.review.decision_artifact))
+        cands = S.artifact_candidates(src, refs) + S.tasks_candidates(src)
+        rels = None if iterations is None else [c.rel for c in cands]
+        self._commit(src, self._observe(src, cands, rels, report), report)
+        return report
+
+    # ------------------------------------------------------------------ scoring
+    def _effective(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, Record]:
+        sql = "SELECT iteration, record FROM iterations WHERE source = ?"
+        args: list = [src.id]
+        if iterations is not None:
+            sql += " AND iteration IN (%s)" % ",".join("?" * len(iterations))
+            args += list(iterations)
+        return {r[0]: Record.from_json(json.loads(r[1])) for r in self.conn.execute(sql + " ORDER BY iteration", args)}
+
+    def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:
+        its = list(iterations)
+        if not its:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT iteration, outcome FROM {table} WHERE source = ? AND iteration IN (%s)" % ",".join("?" * len(its)),
+            [src.id, *its])
+        return {r[0]: from_jsonable(cls, json.loads(r[1])) for r in rows}
+
+    def _artifacts(self, src: IterationLogSource) -> tuple[dict[str, Artifact], list[Artifact]]:
+        arts: dict[str, Artifact] = {}
+        tasks: list[Artifact] = []
+        for r in self.conn.execute("SELECT path, artifact FROM artifacts WHERE source = ? ORDER BY path",
+                                   (src.id,)):
+            a = from_jsonable(Artifact, json.loads(r[1]))
+            arts[r[0]] = a
+            if a.kind == TASKS:
+                tasks.append(a)
+        return arts, tasks
+
+    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[ScoringInputs]:
+        records = self._effective(src, iterations)
+        if not records:
+            return []
+        repo = self.repo(src)
+        problem = repo.check()
+        if problem:
+            raise SourceError(f"cannot score {src.label}: {problem}")
+        hooks = self._side("hook_outcomes", src, records, HookOutcomes)
+        labels = self._side("labels", src, records, Labels)
+        arts, tasks = self._artifacts(src)
+        batch = len(records) > 8
+        resolutions = repo.resolve([r.commit for r in records.values()])
+
+        def artifact(raw: str, kind: str) -> Artifact | None:
+            rel = resolve_artifact_path(raw)
+            a = arts.get(rel) if rel else None
+            return a if a is not None and a.kind == kind else None
+
+        def write_scope(task_id: str) -> tuple[str, ...] | None:
+            if not task_id.strip():
+                return None
+            for t in tasks:
+                for tid, scope in t.tasks:
+                    if tid == task_id and scope:
+                        return tuple(scope)
+            return None
+
+        partial = []
+        for it, rec in records.items():
+            res = resolutions[rec.commit]
+            landed = repo.landed(rec.commit, rec.impl.summary, res, batch=batch)
+            partial.append((it, rec, res, landed, write_scope(rec.task_id) if landed.resolved else None))
+        changed = repo.changed_files([p[3].resolved for p in partial if p[4] is not None])
+        out = []
+        for it, rec, res, landed, scope in partial:
+            out.append(ScoringInputs(
+                record=rec, trunk=src.trunk, hook=hooks.get(it), labels=labels.get(it),
+                verifier_artifacts=tuple(artifact(v.result_artifact, VERIFIER_RESULT) for v in rec.verifiers),
+                review_artifact=artifact(rec.review.decision_artifact, REVIEW_DECISION),
+                landed=landed, write_scope=scope,
+                changed_files=changed.get(landed.resolved) if scope is not None else None,
+                commit_time=res.commit_time,
+            ))
+        return out
+
+    def _payload(self, s: Score, digest: str) -> dict:
+        return {
+            "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
+            "scored": s.scored, "value": encode_float(s.value), "band": s.band,
+            "breakdown": to_jsonable(list(s.breakdown)), "integrity": to_jsonable(list(s.integrity)),
+            "linked_traces": s.linked_traces, "marker": self.cfg.scoring.linked_traces_marker,
+            "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+        }
+
+    def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
+              progress: Progress | None = None) -> Report:
+        report = Report()
+        version = self.rubric.version
+        marker = self.cfg.scoring.linked_traces_marker
+        inputs = self.gather(src, iterations)
+        existing = {r[0]: r[1] for r in self.conn.execute(
+            "SELECT iteration, inputs_hash FROM scores WHERE source = ? AND rubric_version = ?",
+            (src.id, version))}
+        todo: list[Event] = []
+        for x in inputs:
+            digest = x.digest(f"{version}+marker" if marker else version)
+            prev = existing.get(x.record.iteration)
+            if prev == digest:
+                report.unchanged += 1
+                continue
+            s = score(self.rubric, x)
+            payload = self._payload(s, digest)
+            ev = Event("score.computed", f"{src.id}:score:{s.iteration}", src.id,
+                       f"score|{src.id}|{s.iteration}|{version}|{digest}|{prev or '-'}", payload,
+                       source_path=sidecars.iteration_sidecar_name(s.iteration))
+            ev.extra["sidecar_bytes"] = render_score_payload(payload)
+            todo.append(ev)
+        done = 0
+        for chunk in _chunks(todo):
+            with store.write_transaction(self.conn):
+                projector = Projector(self.conn)
+                for ev in chunk:
+                    if append(self.conn, ev):
+                        projector.apply(ev)
+                        report.events += 1
+                        report.scored += 1
+                projector.flush()
+            written = self.sync_sidecars(src, [ev.payload["iteration"] for ev in chunk], sessions=False)
+            report.add(written)
+            done += len(chunk)
+            if progress:
+                progress(done, len(todo))
+        report.add(self.sync_sidecars(src, iterations, iterations_too=False))
+        return report
+
+    # ------------------------------------------------------------------ sidecars
+    def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None, *,
+                      sessions: bool = True, iterations_too: bool = True) -> Report:
+        """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
+        report = Report()
+        if not src.path.is_dir():
+            report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
+            return report
+        version = self.rubric.version
+        filt, args = "", [src.id, version]
+        if iterations is not None:
+            if not iterations:
+                return report
+            filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
+            args += list(iterations)
+        if iterations_too:
+            rows = self.conn.execute(
+                "SELECT s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
+                " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
+            for r in rows:
+                path = src.path / r["sidecar"]
+                if _disk_sha(path) == r["sidecar_sha256"]:
+                    continue
+                from .store.events import upcast
+
+                data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
+                report.sidecars_written += self._write(path, data, report)
+        if sessions:
+            sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
+                  " AND sidecar IS NOT NULL"
+            sargs: list = [src.id, version]
+            if iterations is not None:
+                sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
+                        % ",".join("?" * len(iterations)))
+                sargs += [src.id, *iterations]
+            for r in self.conn.execute(sql, sargs).fetchall():
+                path = src.path / r["sidecar"]
+                if _disk_sha(path) == r["sidecar_sha256"]:
+                    continue
+                data = session_document(self.conn, src.id, r["session_id"], version)
+                if data is not None:
+                    report.sessions_written += self._write(path, data, report)
+        return report
+
+    def _write(self, path: Path, data: bytes, report: Report) -> int:
+        try:
+            return int(sidecars.write_atomic(path, data, durable=self.cfg.store.synchronous.upper() != "OFF"))
+        except OSError as exc:
+            msg = f"cannot write {path}: {exc}"
+            report.errors.append(msg)
+            log.error(msg)
+            return 0
+
+    # ------------------------------------------------------------------ rubric
+    def state(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def ensure_rubric(self, *, progress: Progress | None = None) -> Report | None:
+        """Record the configured rubric as active; backfill (or resume) if it changed."""
+        want, have = self.rubric.version, self.state("active_rubric")
+        if have != want:
+            with store.write_transaction(self.conn):
+                projector = Projector(self.conn)
+                last = self.state("active_rubric_seq") or "0"
+                events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
+                                {"version": want, "previous": have})]
+                has_scores = self.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None
+                if has_scores:
+                    total = self.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+                    events.append(Event("backfill.started", "ledger", "ledger",
+                                        f"backfill|{want}|{last}|started",
+                                        {"rubric": want, "previous": have, "iterations": total}))
+                for ev in events:
+                    if append(self.conn, ev):
+                        projector.apply(ev)
+                projector.flush()
+        if self.state("backfill") is None:
+            return None
+        return self.backfill(progress=progress)
+
+    def backfill(self, *, progress: Progress | None = None) -> Report:
+        """Rescore every iteration of every configured source under the active rubric.
+
+        Resumable: iterations already scored under it (same inputs) are skipped,
+        so a restarted backfill continues where the last one stopped."""
+        report = Report()
+        pending = json.loads(self.state("backfill") or "{}")
+        total = self.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+        base = 0
+        for src in self.cfg.iteration_logs:
+            count = self.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
+            try:
+                report.add(self.score(src, progress=(lambda d, t, b=base: progress(b + d, total)) if progress else None))
+            except SourceError as exc:
+                report.errors.append(str(exc))
+            base += count
+        if pending and not report.errors:
+            with store.write_transaction(self.conn):
+                ev = Event("backfill.completed", "ledger", "ledger",
+                           f"backfill|{pending['rubric']}|{pending['started_seq']}|completed",
+                           {"rubric": pending["rubric"], "rescored": report.scored})
+                if append(self.conn, ev):
+                    Projector(self.conn).apply(ev)
+        return report
+
+
+def _disk_sha(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return sidecars.sha256(fh.read())
+    except OSError:
+        return None

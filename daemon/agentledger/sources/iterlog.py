@@ -1,0 +1,268 @@
+"""The iteration-log source: find files, notice changes, read, parse, propose events.
+
+Records are exactly ``iter-<N>.yaml`` and ``historical.yaml``; side files are
+``iter-<N>.hook-outcomes.yaml`` and ``iter-<N>.labels.yaml``; repository
+artifacts (verifier results, review decisions, plans' ``TASKS.yaml``) are read
+from the repo. Everything else in the directory (score sidecars, temp files)
+is ignored.
+
+A file is re-read only when its stat changed since its checkpoint, and an
+event is proposed only when its content hash changed. Nothing here raises on
+bad input: every failure becomes a ``source.quarantined`` event with the path,
+position and reason. This module never touches the store; ``ingest`` commits
+what it proposes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat as statmod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import IterationLogSource
+from ..goyaml.decode import FatalDecode, YamlError
+from ..gofmt import go_quote
+from ..model import HookOutcomes, Labels, to_jsonable
+from ..sidecars import is_temp_name, unsafe_session_id
+from ..store.events import Event, content_hash
+from . import artifacts_parse as A
+from .iterlog_parse import parse_historical, parse_record
+from .sidefiles_parse import parse_hook_outcomes, parse_labels
+
+RECORD, HISTORICAL, HOOK, LABELS = "record", "historical", "hook_outcomes", "labels"
+LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS)
+ARTIFACT_KINDS = (A.VERIFIER_RESULT, A.REVIEW_DECISION, A.TASKS)
+
+_RECORD_RE = re.compile(r"^iter-(\d+)\.yaml$")
+_HOOK_RE = re.compile(r"^iter-(\d+)\.hook-outcomes\.yaml$")
+_LABELS_RE = re.compile(r"^iter-(\d+)\.labels\.yaml$")
+TASKS_GLOB = ".agents/workflow/plans/*/TASKS.yaml"
+
+
+def classify(name: str) -> tuple[str, int | None] | None:
+    """(kind, N from the name) for a file of the log directory, None to ignore it."""
+    if is_temp_name(name):
+        return None
+    if name == "historical.yaml":
+        return HISTORICAL, None
+    for kind, rx in ((RECORD, _RECORD_RE), (HOOK, _HOOK_RE), (LABELS, _LABELS_RE)):
+        m = rx.match(name)
+        if m:
+            return kind, int(m.group(1))
+    return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kind: str
+    rel: str  # name in the log dir, or repo-relative path for artifacts
+    abs: Path
+    n: int | None = None  # N from the file name (side files)
+
+
+@dataclass
+class Observation:
+    """What reading one candidate found; ``ingest`` turns it into committed events."""
+
+    cand: Candidate
+    stat: tuple[int, int, int, int] | None  # dev, ino, size, mtime_ns; None when missing
+    digest: str | None = None  # content hash; "error:…" for unreadable; None when missing
+    events: list[Event] = field(default_factory=list)  # proposed, keys completed at commit
+    unchanged: bool = False  # content hash equals the checkpoint's: only the stat moves
+
+
+@dataclass
+class ReadLimits:
+    max_file_bytes: int = 8 * 1024 * 1024
+
+
+def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) -> list[Candidate]:
+    """Candidates in the log directory: all of it, or just ``names``."""
+    if names is None:
+        try:
+            names = [e.name for e in os.scandir(src.path)]
+        except OSError:
+            return []
+    out = []
+    for name in names:
+        c = classify(name)
+        if c is not None:
+            out.append(Candidate(c[0], name, src.path / name, c[1]))
+    return out
+
+
+def tasks_candidates(src: IterationLogSource) -> list[Candidate]:
+    plans = src.repo / ".agents" / "workflow" / "plans"
+    try:
+        entries = sorted(os.scandir(plans), key=lambda e: e.name.encode("utf-8", "surrogateescape"))
+    except OSError:
+        return []
+    out = []
+    for e in entries:
+        rel = f".agents/workflow/plans/{e.name}/TASKS.yaml"
+        p = src.repo / rel
+        if os.path.lexists(p):
+            out.append(Candidate(A.TASKS, rel, p))
+    return out
+
+
+def artifact_candidates(src: IterationLogSource, refs: Iterable[tuple[str, str]]) -> list[Candidate]:
+    """``refs``: (kind, raw path as written in a record)."""
+    out: dict[str, Candidate] = {}
+    for kind, raw in refs:
+        rel = A.resolve_artifact_path(raw)
+        if rel is not None and rel not in out:
+            out[rel] = Candidate(kind, rel, src.repo / rel)
+    return list(out.values())
+
+
+def stat_of(path: Path) -> tuple[tuple[int, int, int, int] | None, OSError | None, os.stat_result | None]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):  # a dangling symlink is a bad file, not a missing one
+            return (0, 0, 0, 0), FileNotFoundError(errno.ENOENT, "no such file or directory (dangling symlink)"), None
+        return None, None, None
+    except OSError as exc:  # ELOOP, EACCES, …
+        try:
+            lst = os.lstat(path)
+            key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns)
+        except OSError:
+            key = (0, 0, 0, 0)
+        return key, exc, None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), None, st
+
+
+def observe(src: IterationLogSource, cand: Candidate, checkpoint: dict | None,
+            limits: ReadLimits) -> Observation | None:
+    """Stat, and when needed read and parse, one candidate. None when nothing changed."""
+    key, err, st = stat_of(cand.abs)
+    if key is None:
+        if checkpoint is None or checkpoint.get("content_hash") is None:
+            return None
+        ev = Event("file.removed", f"{src.id}:{cand.rel}", src.id, "",
+                   {"file": cand.rel, "kind": cand.kind}, source_path=cand.rel)
+        return Observation(cand, None, None, [ev])
+    if checkpoint is not None and checkpoint.get("stat") == key and checkpoint.get("content_hash"):
+        return None
+    data: bytes | None = None
+    reason = None
+    if err is not None:
+        reason = f"read {cand.abs}: {err.strerror or err}"
+    elif st is not None and statmod.S_ISDIR(st.st_mode):
+        reason = f"read {cand.abs}: is a directory"
+    elif st is not None and not statmod.S_ISREG(st.st_mode):
+        reason = f"read {cand.abs}: not a regular file"
+    elif st is not None and st.st_size > limits.max_file_bytes:
+        reason = (f"file is {st.st_size} bytes, over the max_file_bytes limit "
+                  f"({limits.max_file_bytes}); not read")
+    else:
+        try:
+            with open(cand.abs, "rb") as fh:
+                data = fh.read(limits.max_file_bytes + 1)
+            if len(data) > limits.max_file_bytes:
+                data, reason = None, f"file grew over the max_file_bytes limit ({limits.max_file_bytes}); not read"
+        except OSError as exc:
+            reason = f"read {cand.abs}: {exc.strerror or exc}"
+    digest = content_hash(data) if data is not None else f"error:{content_hash((reason or '').encode())}"
+    if checkpoint is not None and checkpoint.get("content_hash") == digest:
+        return Observation(cand, key, digest, [], unchanged=True)
+    obs = Observation(cand, key, digest)
+    if data is None:
+        _unreadable(src, obs, reason or "unreadable")
+    else:
+        _parse(src, obs, data, limits)
+    return obs
+
+
+def _event(src: IterationLogSource, obs: Observation, type_: str, payload: dict,
+           position: str | None = None) -> Event:
+    return Event(type_, f"{src.id}:{obs.cand.rel}", src.id, "", payload,
+                 source_path=obs.cand.rel, source_position=position)
+
+
+def quarantine_event(src: IterationLogSource, obs: Observation, reason: str, *, line: int | None = None,
+                     column: int | None = None, byte_offset: int | None = None) -> Event:
+    pos = None
+    if line is not None:
+        pos = f"{line}:{column}" if column is not None else str(line)
+    elif byte_offset is not None:
+        pos = f"@{byte_offset}"
+    payload = {"path": obs.cand.rel, "kind": obs.cand.kind, "reason": reason, "line": line,
+               "column": column, "byte_offset": byte_offset, "content_hash": obs.digest}
+    return _event(src, obs, "source.quarantined", payload, pos)
+
+
+def _unreadable(src: IterationLogSource, obs: Observation, reason: str) -> None:
+    c = obs.cand
+    if c.kind == HOOK:
+        outcome = HookOutcomes(error=reason, read_error=True)
+        obs.events.append(_event(src, obs, "hook_outcomes.recorded",
+                                 {"file": c.rel, "iteration": c.n, "outcome": to_jsonable(outcome)}))
+    elif c.kind == LABELS:
+        outcome = Labels(error=f"labels: read iter-{c.n} sidecar: {reason}")
+        obs.events.append(_event(src, obs, "labels.recorded",
+                                 {"file": c.rel, "iteration": c.n, "outcome": to_jsonable(outcome)}))
+    obs.events.append(quarantine_event(src, obs, reason))
+
+
+def _decode_text(src: IterationLogSource, obs: Observation, data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        reason = f"invalid UTF-8 at byte offset {exc.start} (line {line})"
+        if obs.cand.kind in (HOOK, LABELS):
+            _unreadable(src, obs, reason)
+        else:
+            obs.events.append(quarantine_event(src, obs, reason, line=line, byte_offset=exc.start))
+        return None
+
+
+def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadLimits) -> None:
+    c = obs.cand
+    text = _decode_text(src, obs, data)
+    if text is None:
+        return
+    try:
+        if c.kind == RECORD:
+            rec = parse_record(text)
+            obs.events.append(_event(src, obs, "iteration.recorded",
+                                     {"file": c.rel, "record": rec.to_json()}))
+            sid = rec.agent.session_id
+            why = unsafe_session_id(sid) if sid else None
+            if why:
+                obs.events.append(quarantine_event(
+                    src, obs, f"session_id {go_quote(sid)} {why}; its session sidecar is refused"))
+        elif c.kind == HISTORICAL:
+            recs = parse_historical(text)
+            obs.events.append(_event(src, obs, "historical.recorded",
+                                     {"file": c.rel, "records": [r.to_json() for r in recs]}))
+        elif c.kind == HOOK:
+            outcome = parse_hook_outcomes(text)
+            obs.events.append(_event(src, obs, "hook_outcomes.recorded",
+                                     {"file": c.rel, "iteration": c.n, "outcome": to_jsonable(outcome)}))
+            if outcome.error:
+                obs.events.append(quarantine_event(src, obs, outcome.error))
+        elif c.kind == LABELS:
+            outcome = parse_labels(text, c.n or 0)
+            obs.events.append(_event(src, obs, "labels.recorded",
+                                     {"file": c.rel, "iteration": c.n, "outcome": to_jsonable(outcome)}))
+            if outcome.error:
+                obs.events.append(quarantine_event(src, obs, outcome.error))
+        else:
+            art = A.parse_artifact(c.kind, text)
+            obs.events.append(_event(src, obs, "artifact.recorded",
+                                     {"path": c.rel, "artifact": to_jsonable(art)}))
+    except YamlError as exc:
+        obs.events.append(quarantine_event(src, obs, exc.message, line=exc.line, column=exc.column))
+    except FatalDecode as exc:  # pragma: no cover - FatalDecode is a YamlError
+        obs.events.append(quarantine_event(src, obs, exc.message, line=exc.line))
+    except RecursionError:
+        obs.events.append(quarantine_event(src, obs, "document nests too deeply"))
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not stop ingestion
+        obs.events.append(quarantine_event(src, obs, f"internal parse error: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,131 @@
+"""The event log: append (idempotent), read (upcast on read, never rewritten).
+
+An event is immutable once appended; the table's triggers enforce it. Each
+carries the schema version of its payload; readers upcast old versions to the
+current shape through ``UPCASTERS`` so stored rows never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+# Current payload version of each event type.
+CURRENT: dict[str, int] = {
+    "iteration.recorded": 1,
+    "historical.recorded": 1,
+    "hook_outcomes.recorded": 1,
+    "labels.recorded": 1,
+    "artifact.recorded": 1,
+    "file.removed": 1,
+    "source.quarantined": 1,
+    "rubric.activated": 1,
+    "score.computed": 1,
+    "backfill.started": 1,
+    "backfill.completed": 1,
+}
+
+# (type, version) -> function turning a payload of that version into version+1.
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def canonical_json(payload: Any) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def content_hash(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Event:
+    type: str
+    stream: str
+    source: str
+    idempotency_key: str
+    payload: dict[str, Any]
+    content_hash: str = ""
+    source_path: str | None = None
+    source_position: str | None = None
+    occurred_at: str | None = None
+    schema_version: int = 0
+    seq: int | None = None
+    recorded_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.schema_version:
+            self.schema_version = CURRENT[self.type]
+        if not self.content_hash:
+            self.content_hash = content_hash(canonical_json(self.payload).encode("utf-8"))
+
+
+def append(conn: sqlite3.Connection, event: Event) -> bool:
+    """Insert unless the idempotency key exists; True when the event is new.
+
+    Must run inside ``write_transaction``: the caller applies projections and
+    moves checkpoints in the same transaction."""
+    assert conn.in_transaction, "append() outside a write transaction"
+    event.recorded_at = event.recorded_at or now_iso()
+    cur = conn.execute(
+        "INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash,"
+        " occurred_at, recorded_at, source, source_path, source_position, payload)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (idempotency_key) DO NOTHING",
+        (event.stream, event.type, event.schema_version, event.idempotency_key,
+         event.content_hash, event.occurred_at, event.recorded_at, event.source,
+         event.source_path, event.source_position, canonical_json(event.payload)),
+    )
+    if cur.rowcount != 1:
+        return False
+    event.seq = cur.lastrowid
+    return True
+
+
+def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    target = CURRENT.get(type_, version)
+    while version < target:
+        step = UPCASTERS.get((type_, version))
+        if step is None:
+            raise ValueError(f"no upcaster for {type_} v{version}")
+        payload = step(payload)
+        version += 1
+    return payload
+
+
+def _row_to_event(row: sqlite3.Row) -> Event:
+    payload = upcast(row["type"], row["schema_version"], json.loads(row["payload"]))
+    return Event(
+        type=row["type"], stream=row["stream"], source=row["source"],
+        idempotency_key=row["idempotency_key"], payload=payload,
+        content_hash=row["content_hash"], source_path=row["source_path"],
+        source_position=row["source_position"], occurred_at=row["occurred_at"],
+        schema_version=CURRENT.get(row["type"], row["schema_version"]),
+        seq=row["seq"], recorded_at=row["recorded_at"],
+    )
+
+
+def read(conn: sqlite3.Connection, *, after: int = 0, types: tuple[str, ...] = (),
+         batch: int = 2000) -> Iterator[Event]:
+    """Events in ``seq`` order, upcast to their current payload versions."""
+    last = after
+    where = " AND type IN (%s)" % ",".join("?" * len(types)) if types else ""
+    while True:
+        rows = conn.execute(
+            f"SELECT * FROM events WHERE seq > ?{where} ORDER BY seq LIMIT ?",
+            (last, *types, batch),
+        ).fetchall()
+        if not rows:
+            return
+        for row in rows:
+            yield _row_to_event(row)
+        last = rows[-1]["seq"]

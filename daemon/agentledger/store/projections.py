@@ -1,0 +1,286 @@
+"""Projections: tables folded from events, in the same transaction as the append.
+
+``Projector.apply`` is the only code that writes projection tables, for live
+appends and for ``rebuild`` alike, so a replay of the log reproduces them
+exactly. Session aggregates are recomputed once per transaction for the
+sessions an event touched (``flush``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from typing import Any
+
+from .. import sidecars
+from ..model import decode_float
+from ..scoring import rubric as rubrics
+from .events import Event, canonical_json
+
+PROJECTION_TABLES = (
+    "record_files", "iterations", "hook_outcomes", "labels", "artifacts",
+    "scores", "sessions", "quarantine", "ledger_state",
+)
+
+
+def _breakdown_rows(payload: dict[str, Any]) -> list[sidecars.BreakdownRow]:
+    return [
+        sidecars.BreakdownRow(
+            signal=r["signal"], label=r["label"], present=r["present"],
+            sub_score=decode_float(r["sub_score"]), detail=r["detail"],
+            nominal_weight=decode_float(r["nominal_weight"]),
+            effective_weight=decode_float(r["effective_weight"]),
+            contribution=decode_float(r["contribution"]),
+        )
+        for r in payload["breakdown"]
+    ]
+
+
+def render_score_payload(payload: dict[str, Any]) -> bytes:
+    """The exact sidecar bytes a ``score.computed`` payload stands for."""
+    return sidecars.render_iteration(
+        payload["iteration"], payload["rubric_version"], payload["scored"],
+        decode_float(payload["value"]), payload["band"], _breakdown_rows(payload),
+        linked_traces_marker=bool(payload.get("marker") and payload.get("linked_traces")),
+    )
+
+
+def _real(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+class Projector:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.dirty_sessions: set[tuple[str, str, str]] = set()
+        self.touched_sessions: set[tuple[str, str, str]] = set()
+
+    # -- dispatch -------------------------------------------------------------
+    def apply(self, ev: Event) -> None:
+        handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
+        if handler is None:  # an event type this version does not project
+            return
+        handler(ev, ev.payload)
+
+    def flush(self) -> set[tuple[str, str, str]]:
+        """Recompute touched sessions; returns the (source, session, rubric) keys changed."""
+        changed = set()
+        for key in sorted(self.dirty_sessions):
+            if self._recompute_session(*key):
+                changed.add(key)
+        self.dirty_sessions.clear()
+        self.touched_sessions |= changed
+        return changed
+
+    # -- helpers ----------------------------------------------------------------
+    def _resolve_quarantine(self, source: str, path: str, seq: int) -> None:
+        self.conn.execute(
+            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL",
+            (seq, source, path),
+        )
+
+    def _iterations_of_file(self, source: str, file: str) -> set[int]:
+        return {r[0] for r in self.conn.execute(
+            "SELECT iteration FROM record_files WHERE source = ? AND file = ?", (source, file))}
+
+    def _mark_sessions_of(self, source: str, iteration: int) -> None:
+        row = self.conn.execute("SELECT session_id FROM iterations WHERE source = ? AND iteration = ?",
+                                (source, iteration)).fetchone()
+        if row is None or not row[0]:
+            return
+        for (version,) in self.conn.execute(
+                "SELECT DISTINCT rubric_version FROM scores WHERE source = ? AND iteration = ?",
+                (source, iteration)):
+            self.dirty_sessions.add((source, row[0], version))
+
+    def _refresh_iteration(self, source: str, iteration: int) -> None:
+        """Re-derive the effective record of one iteration from record_files."""
+        self._mark_sessions_of(source, iteration)
+        row = self.conn.execute(
+            "SELECT * FROM record_files WHERE source = ? AND iteration = ?"
+            " ORDER BY kind = 'dedicated' DESC, CASE WHEN kind = 'dedicated' THEN file END DESC,"
+            " ordinal DESC LIMIT 1",
+            (source, iteration),
+        ).fetchone()
+        if row is None:
+            self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
+            return
+        rec = json.loads(row["record"])
+        self.conn.execute(
+            "INSERT OR REPLACE INTO iterations (source, iteration, file, kind, schema_version, date,"
+            " task_id, commit_ref, session_id, record, content_hash, seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (source, iteration, row["file"], row["kind"], rec["schema_version"], rec["date"],
+             rec["task_id"], rec["commit"], rec["agent"]["session_id"], row["record"],
+             row["content_hash"], row["seq"]),
+        )
+        self._mark_sessions_of(source, iteration)
+
+    def _replace_records(self, ev: Event, file: str, kind: str, records: list[dict[str, Any]]) -> None:
+        before = self._iterations_of_file(ev.source, file)
+        self.conn.execute("DELETE FROM record_files WHERE source = ? AND file = ?", (ev.source, file))
+        self.conn.executemany(
+            "INSERT INTO record_files (source, file, ordinal, iteration, kind, record, content_hash, seq)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            [(ev.source, file, i, rec["iteration"], kind, canonical_json(rec), ev.content_hash, ev.seq)
+             for i, rec in enumerate(records)],
+        )
+        for iteration in sorted(before | {rec["iteration"] for rec in records}):
+            self._refresh_iteration(ev.source, iteration)
+
+    # -- handlers -----------------------------------------------------------------
+    def _iteration_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        self._replace_records(ev, p["file"], "dedicated", [p["record"]])
+        self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+
+    def _historical_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        self._replace_records(ev, p["file"], "historical", p["records"])
+        self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+
+    def _hook_outcomes_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        o = p["outcome"]
+        self.conn.execute(
+            "INSERT OR REPLACE INTO hook_outcomes (source, iteration, file, outcome, records, error,"
+            " content_hash, seq) VALUES (?,?,?,?,?,?,?,?)",
+            (ev.source, p["iteration"], p["file"], canonical_json(o), len(o["records"]), o["error"],
+             ev.content_hash, ev.seq),
+        )
+        self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+
+    def _labels_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        o = p["outcome"]
+        self.conn.execute(
+            "INSERT OR REPLACE INTO labels (source, iteration, file, outcome, labels, error,"
+            " content_hash, seq) VALUES (?,?,?,?,?,?,?,?)",
+            (ev.source, p["iteration"], p["file"], canonical_json(o), len(o["labels"]), o["error"],
+             ev.content_hash, ev.seq),
+        )
+        self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+
+    def _artifact_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        a = p["artifact"]
+        self.conn.execute(
+            "INSERT OR REPLACE INTO artifacts (source, path, kind, available, artifact, content_hash, seq)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (ev.source, p["path"], a["kind"], int(a["available"]), canonical_json(a),
+             ev.content_hash, ev.seq),
+        )
+        self._resolve_quarantine(ev.source, p["path"], ev.seq)  # type: ignore[arg-type]
+
+    def _file_removed(self, ev: Event, p: dict[str, Any]) -> None:
+        path, kind = p["file"], p["kind"]
+        if kind in ("record", "historical"):
+            self._replace_records(ev, path, "dedicated", [])
+        elif kind == "hook_outcomes":
+            self.conn.execute("DELETE FROM hook_outcomes WHERE source = ? AND file = ?", (ev.source, path))
+        elif kind == "labels":
+            self.conn.execute("DELETE FROM labels WHERE source = ? AND file = ?", (ev.source, path))
+        else:
+            self.conn.execute("DELETE FROM artifacts WHERE source = ? AND path = ?", (ev.source, path))
+        self._resolve_quarantine(ev.source, path, ev.seq)  # type: ignore[arg-type]
+
+    def _source_quarantined(self, ev: Event, p: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT INTO quarantine (source, path, kind, line, col, byte_offset, reason, content_hash, seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            (ev.source, p["path"], p["kind"], p.get("line"), p.get("column"), p.get("byte_offset"),
+             p["reason"], p.get("content_hash"), ev.seq),
+        )
+        if p["kind"] in ("verifier_result", "review_decision", "tasks"):
+            # The reference reads a broken artifact as "not available".
+            self.conn.execute("DELETE FROM artifacts WHERE source = ? AND path = ?", (ev.source, p["path"]))
+
+    def _rubric_activated(self, ev: Event, p: dict[str, Any]) -> None:
+        self._state("active_rubric", p["version"])
+        self._state("active_rubric_seq", str(ev.seq))
+
+    def _backfill_started(self, ev: Event, p: dict[str, Any]) -> None:
+        self._state("backfill", canonical_json({**p, "started_seq": ev.seq}))
+
+    def _backfill_completed(self, ev: Event, p: dict[str, Any]) -> None:
+        self.conn.execute("DELETE FROM ledger_state WHERE key = 'backfill'")
+        self._state("last_backfill", canonical_json({**p, "completed_seq": ev.seq}))
+
+    def _state(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO ledger_state (key, value) VALUES (?, ?)", (key, value))
+
+    def _score_computed(self, ev: Event, p: dict[str, Any]) -> None:
+        data = ev.extra.get("sidecar_bytes") or render_score_payload(p)
+        value = decode_float(p["value"])
+        self.conn.execute(
+            "INSERT OR REPLACE INTO scores (source, iteration, rubric_version, scored, value, band,"
+            " inputs_hash, breakdown, integrity, sidecar, sidecar_sha256, seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), _real(value), p["band"],
+             p["inputs_hash"], canonical_json(p["breakdown"]), canonical_json(p["integrity"]),
+             p["sidecar"], sidecars.sha256(data), ev.seq),
+        )
+        self._mark_sessions_of(ev.source, p["iteration"])
+
+    # -- sessions -------------------------------------------------------------------
+    def _recompute_session(self, source: str, session_id: str, version: str) -> bool:
+        old = self.conn.execute(
+            "SELECT sidecar_sha256, iterations FROM sessions WHERE source = ? AND session_id = ?"
+            " AND rubric_version = ?", (source, session_id, version)).fetchone()
+        summary = session_summary(self.conn, source, session_id, version)
+        if summary is None:
+            self.conn.execute("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?",
+                              (source, session_id, version))
+            return old is not None
+        entries, scored, value, band = summary
+        name = sha = None
+        if sidecars.unsafe_session_id(session_id) is None:
+            name = sidecars.session_sidecar_name(session_id)
+            sha = sidecars.sha256(sidecars.render_session(session_id, version, entries, scored, value, band))
+        iters = canonical_json([e.iteration for e in entries])
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
+            " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)",
+            (source, session_id, version, iters, int(scored), _real(value), band, name, sha),
+        )
+        return old is None or old["sidecar_sha256"] != sha or old["iterations"] != iters
+
+
+def session_summary(conn: sqlite3.Connection, source: str, session_id: str, version: str):
+    """(entries, scored, value, band) of a session under one rubric, None if it has none."""
+    rows = conn.execute(
+        "SELECT i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"
+        " ON s.source = i.source AND s.iteration = i.iteration AND s.rubric_version = ?"
+        " WHERE i.source = ? AND i.session_id = ? ORDER BY i.iteration",
+        (version, source, session_id),
+    ).fetchall()
+    if not rows:
+        return None
+    entries = []
+    for r in rows:
+        value = r["value"] if r["value"] is not None else (math.nan if r["scored"] else 0.0)
+        entries.append(sidecars.SessionEntry(r["iteration"], bool(r["scored"]), value, r["band"]))
+    scored, value, band = sidecars.session_value(entries, rubrics.load(version).band)
+    return entries, scored, value, band
+
+
+def session_document(conn: sqlite3.Connection, source: str, session_id: str, version: str) -> bytes | None:
+    """The session sidecar bytes the ledger stands for (None: no session, or an unsafe id)."""
+    summary = session_summary(conn, source, session_id, version)
+    if summary is None or sidecars.unsafe_session_id(session_id) is not None:
+        return None
+    entries, scored, value, band = summary
+    return sidecars.render_session(session_id, version, entries, scored, value, band)
+
+
+def rebuild(conn: sqlite3.Connection) -> int:
+    """Drop every projection row and replay the whole log; returns events replayed."""
+    from .db import write_transaction
+    from .events import read
+
+    count = 0
+    with write_transaction(conn):
+        for table in PROJECTION_TABLES:
+            conn.execute(f"DELETE FROM {table}")
+        projector = Projector(conn)
+        for ev in read(conn):
+            projector.apply(ev)
+            count += 1
+        projector.flush()
+    return count
