@@ -60,6 +60,14 @@ class ScoringConfig:
 
 
 @dataclass(frozen=True)
+class SidecarsConfig:
+    # "auto": fsync a write of up to 20 sidecars (the close-task hook, live
+    # changes); bulk rewrites rely on the ledger instead, which rewrites any
+    # sidecar whose bytes differ on the next run. "always" / "never".
+    fsync: str = "auto"
+
+
+@dataclass(frozen=True)
 class LimitsConfig:
     max_file_bytes: int = 8 * 1024 * 1024
 
@@ -68,12 +76,16 @@ class LimitsConfig:
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    sidecars: SidecarsConfig = field(default_factory=SidecarsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     iteration_logs: tuple[IterationLogSource, ...] = ()
     origin: str = "defaults"
 
 
-_SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "limits": LimitsConfig}
+_SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
+             "limits": LimitsConfig}
+_CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
+            ("sidecars", "fsync"): ("auto", "always", "never")}
 
 
 def _coerce(section: str, key: str, tp: Any, value: Any, where: str) -> Any:
@@ -109,7 +121,12 @@ def _section(cls: type, section: str, data: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) in [{section}]: {', '.join(unknown)} "
                           f"(known: {', '.join(known)})")
-    return cls(**{k: _coerce(section, k, known[k].type, v, where) for k, v in data.items()})
+    values = {k: _coerce(section, k, known[k].type, v, where) for k, v in data.items()}
+    for k, v in values.items():
+        choices = _CHOICES.get((section, k))
+        if choices and v.upper() not in (c.upper() for c in choices):
+            raise ConfigError(f"{where}: [{section}] {k} must be one of {', '.join(choices)}, not {v!r}")
+    return cls(**values)
 
 
 def _source(data: Any, where: str, base: Path) -> IterationLogSource:

@@ -70,6 +70,7 @@ class TrunkLog:
         self.shas: list[str] = []
         self.subjects: list[str] = []
         self.revert_runs: list[tuple[str, ...]] = []  # per commit; () unless the body says revert
+        self.reverts: list[int] = []  # indices of commits whose body says revert, ascending
         self.index: dict[str, int] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
@@ -110,6 +111,8 @@ class TrunkLog:
         runs: tuple[str, ...] = ()
         if "revert" in body.lower():
             runs = tuple(r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40)
+        if runs:
+            self.reverts.append(len(self.shas))
         self.index.setdefault(sha, len(self.shas))
         self.shas.append(sha)
         self.subjects.append(subject.strip())
@@ -143,7 +146,9 @@ class TrunkLog:
 
     def first_revert(self, sha: str, stop: int) -> str:
         """Newest commit above ``stop`` whose body reverts ``sha`` (spec §4.1 step 5)."""
-        for i in range(stop):
+        for i in self.reverts:
+            if i >= stop:
+                break
             for run in self.revert_runs[i]:
                 if sha.startswith(run):
                     return self.shas[i]
@@ -269,11 +274,12 @@ class GitRepo:
         return out
 
     # -- landed (§4.1) ----------------------------------------------------------
-    def landed(self, raw_commit: str, summary: str, resolution: Resolution, *, batch: bool) -> LandedFacts:
+    def landed(self, raw_commit: str, summary: str, resolution: Resolution, log: TrunkLog, *,
+               batch: bool) -> LandedFacts:
+        """``log``: ``trunk_log()`` taken once for the whole batch (one tip, one pass)."""
         raw = raw_commit.strip()
         if not raw:
             return LandedFacts()
-        log = self.trunk_log()
         if batch:
             log.read_all()
         sha = resolution.sha

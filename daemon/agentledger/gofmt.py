@@ -31,6 +31,14 @@ def fixed(x: float, places: int) -> str:
 
 def format_float(x: float) -> str:
     """strconv.FormatFloat(x, 'g', -1, 64): the shortest round-trip digits, Go layout."""
+    r = repr(x)
+    if "e" not in r and "n" not in r and (x == 0 or 1e-4 <= abs(x) < 1e6):
+        # Plain range: Python's repr already has Go's digits; drop a trailing ".0".
+        return r[:-2] if r.endswith(".0") else r
+    return _format_float_slow(x)
+
+
+def _format_float_slow(x: float) -> str:
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):

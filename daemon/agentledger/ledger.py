@@ -34,11 +34,12 @@ from .scoring.inputs import ScoringInputs
 from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
-from .store.events import Event, append
+from .store.events import Event, append, upcast
 from .store.projections import Projector, render_score_payload, session_document
 
 log = logging.getLogger("agentledger")
 BATCH = 500
+AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
 Progress = Callable[[int, int], None]
 
 
@@ -251,10 +252,11 @@ class Ledger:
                         return tuple(scope)
             return None
 
+        trunk = repo.trunk_log()
         partial = []
         for it, rec in records.items():
             res = resolutions[rec.commit]
-            landed = repo.landed(rec.commit, rec.impl.summary, res, batch=batch)
+            landed = repo.landed(rec.commit, rec.impl.summary, res, trunk, batch=batch)
             partial.append((it, rec, res, landed, write_scope(rec.task_id) if landed.resolved else None))
         changed = repo.changed_files([p[3].resolved for p in partial if p[4] is not None])
         out = []
@@ -311,13 +313,20 @@ class Ledger:
                         report.events += 1
                         report.scored += 1
                 projector.flush()
-            written = self.sync_sidecars(src, [ev.payload["iteration"] for ev in chunk], sessions=False)
-            report.add(written)
+            fsync = self._fsync(len(todo))
+            for ev in chunk:
+                path = src.path / ev.payload["sidecar"]
+                report.sidecars_written += self._write(path, ev.extra["sidecar_bytes"], report, fsync)
             done += len(chunk)
             if progress:
                 progress(done, len(todo))
         report.add(self.sync_sidecars(src, iterations, iterations_too=False))
         return report
+
+    def _fsync(self, count: int) -> bool:
+        """Whether sidecar writes are fsynced: see ``[sidecars] fsync`` in config.example.toml."""
+        mode = self.cfg.sidecars.fsync
+        return mode == "always" or (mode == "auto" and count <= AUTO_FSYNC_MAX)
 
     # ------------------------------------------------------------------ sidecars
     def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None, *,
@@ -338,14 +347,11 @@ class Ledger:
             rows = self.conn.execute(
                 "SELECT s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
                 " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
-            for r in rows:
-                path = src.path / r["sidecar"]
-                if _disk_sha(path) == r["sidecar_sha256"]:
-                    continue
-                from .store.events import upcast
-
+            stale = [r for r in rows if _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+            fsync = self._fsync(len(stale))
+            for r in stale:
                 data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
-                report.sidecars_written += self._write(path, data, report)
+                report.sidecars_written += self._write(src.path / r["sidecar"], data, report, fsync)
         if sessions:
             sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
                   " AND sidecar IS NOT NULL"
@@ -354,18 +360,18 @@ class Ledger:
                 sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
                         % ",".join("?" * len(iterations)))
                 sargs += [src.id, *iterations]
-            for r in self.conn.execute(sql, sargs).fetchall():
-                path = src.path / r["sidecar"]
-                if _disk_sha(path) == r["sidecar_sha256"]:
-                    continue
+            stale = [r for r in self.conn.execute(sql, sargs).fetchall()
+                     if _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+            fsync = self._fsync(len(stale))
+            for r in stale:
                 data = session_document(self.conn, src.id, r["session_id"], version)
                 if data is not None:
-                    report.sessions_written += self._write(path, data, report)
+                    report.sessions_written += self._write(src.path / r["sidecar"], data, report, fsync)
         return report
 
-    def _write(self, path: Path, data: bytes, report: Report) -> int:
+    def _write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
         try:
-            return int(sidecars.write_atomic(path, data, durable=self.cfg.store.synchronous.upper() != "OFF"))
+            return int(sidecars.write_atomic(path, data, durable=fsync))
         except OSError as exc:
             msg = f"cannot write {path}: {exc}"
             report.errors.append(msg)

@@ -147,56 +147,62 @@ def decode_float(x: float | int | str) -> float:
     return float(x)
 
 
+_SCALARS = (str, int, bool, type(None))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (tuple, list)):
-        return [to_jsonable(x) for x in obj]
-    if isinstance(obj, float):
+    t = type(obj)
+    if t in _SCALARS:
+        return obj
+    if t is float:
         return encode_float(obj)
-    return obj
+    if t is tuple or t is list:
+        return [to_jsonable(x) for x in obj]
+    names = _FIELD_NAMES.get(t)
+    if names is None:
+        if not dataclasses.is_dataclass(obj):
+            return obj
+        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(obj))
+    return {n: to_jsonable(getattr(obj, n)) for n in names}
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        import typing
-
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+_CONVERTERS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 
 def from_jsonable(cls: type, data: dict[str, Any]) -> Any:
     """Inverse of ``to_jsonable`` for the dataclasses above (unknown keys ignored)."""
-    hints = _hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        kwargs[f.name] = _convert(hints[f.name], data[f.name])
-    return cls(**kwargs)
+    conv = _CONVERTERS.get(cls)
+    if conv is None:
+        import typing
+
+        hints = typing.get_type_hints(cls)
+        conv = _CONVERTERS[cls] = tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls))
+    return cls(**{name: (fn(data[name]) if data[name] is not None else None)
+                  for name, fn in conv if name in data})
 
 
-def _convert(tp: Any, value: Any) -> Any:
+def _converter(tp: Any) -> Any:
+    """A function turning the JSON form of type ``tp`` back into it."""
     import types
     import typing
 
-    if value is None:
-        return None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(args[0], value) if len(args) == 1 else value
+        return _converter(args[0]) if len(args) == 1 else (lambda v: v)
     if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(tp)
-        return tuple(_convert(inner, v) for v in value)
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            inner = _converter(args[0])
+            return lambda v: tuple(inner(x) if x is not None else None for x in v)
+        fns = [_converter(a) for a in args]
+        return lambda v: tuple(fn(x) if x is not None else None for fn, x in zip(fns, v))
     if dataclasses.is_dataclass(tp):
-        return from_jsonable(tp, value)
+        return lambda v: from_jsonable(tp, v)
     if tp is float:
-        return decode_float(value)
-    return value
+        return decode_float
+    return lambda v: v
 
 
 # -- side files ----------------------------------------------------------------

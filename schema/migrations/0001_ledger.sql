@@ -93,7 +93,7 @@ CREATE TABLE iterations (
     seq            INTEGER NOT NULL,
     PRIMARY KEY (source, iteration)
 ) STRICT;
-CREATE INDEX iterations_by_session ON iterations (source, session_id);
+CREATE INDEX iterations_by_session ON iterations (source, session_id, iteration);
 
 CREATE TABLE hook_outcomes (
     source       TEXT    NOT NULL,

@@ -9,7 +9,9 @@ for multi-line text). See ``scoring-rubric.md`` §9.3.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Union
 
 from ..gofmt import format_float
@@ -147,8 +149,17 @@ def _literal(s: str, content_indent: int) -> str:
     return "|" + hints + "\n" + "\n".join(lines)
 
 
+# Text that is certainly plain in block context: no indicator at the start, no
+# ": " or " #" inside, no leading/trailing space, printable ASCII only.
+_SURELY_PLAIN = re.compile(r"[A-Za-z0-9_(./][\x20-\x7e]*[^ \x00-\x1f]\Z|[A-Za-z0-9_(./]\Z")
+
+
+@lru_cache(maxsize=4096)
 def format_string(s: str, block_indent: int) -> str:
     """The text after ``key: `` for a string value in a mapping at ``block_indent``."""
+    if _SURELY_PLAIN.match(s) and ": " not in s and " #" not in s and not s.endswith(":") \
+            and not s.startswith(("---", "...")) and plain_is_string(s):
+        return s
     a = _Analysis(s)
     if "\n" in s:
         if a.block:

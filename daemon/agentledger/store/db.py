@@ -51,6 +51,7 @@ def connect(path: str | Path, *, synchronous: str = "FULL", create: bool = True)
     conn.execute(f"PRAGMA synchronous = {sync}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA journal_size_limit = 67108864")
+    conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
     from .migrate import ensure_latest
 
     ensure_latest(conn)

@@ -1,0 +1,216 @@
+"""Generate a realistic iteration log with a matching git repository.
+
+Used by ``make demo``, the benchmarks and the crash tests, so that none of
+them needs data from outside the project. Deterministic for a given seed. The
+repository is written with one ``git fast-import`` stream, so 10,000 commits
+take about a second.
+
+Layout made under ``root``::
+
+    root/repo/                         git work tree, trunk `master`, a `side` branch
+    root/repo/.agents/active/iteration-log/iter-N.yaml (+ hook-outcomes, labels)
+    root/repo/.agents/active/verification/<task>/*.yaml
+    root/repo/.agents/workflow/plans/<plan>/TASKS.yaml
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+LOG_REL = ".agents/active/iteration-log"
+_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+_AREAS = ["src/api", "src/core", "src/cli", "docs", "tests", "internal/store"]
+
+
+@dataclass
+class Generated:
+    root: Path
+    repo: Path
+    log: Path
+    iterations: int
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
+    env = {**os.environ, **_ENV}
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=env, check=True)
+    return proc.stdout.decode().strip()
+
+
+def _data(text: str) -> bytes:
+    raw = text.encode()
+    return b"data %d\n" % len(raw) + raw + b"\n"
+
+
+def generate(root: str | Path, n: int = 200, *, seed: int = 7, sessions_every: int = 12) -> Generated:
+    rng = random.Random(seed)
+    root = Path(root)
+    repo = root / "repo"
+    log = repo / LOG_REL
+    log.mkdir(parents=True, exist_ok=True)
+    _git(repo, "init", "-q", "-b", "master")
+
+    # One trunk commit per iteration (a few are reverted a little later), plus a
+    # few commits on a side branch that never lands. One fast-import process;
+    # `get-mark` returns a commit's SHA when a revert message needs it.
+    env = {**os.environ, **_ENV}
+    proc = subprocess.Popen(["git", "-C", str(repo), "fast-import", "--quiet"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    t0 = 1_760_000_000
+    subjects: dict[int, str] = {}
+    marks: dict[int, int] = {}
+    sha_of: dict[int, str] = {}
+    reverted: set[int] = set()
+    mark = 0
+
+    def commit(branch: str, when: int, message: str, path: str, parent: int | None = None) -> int:
+        nonlocal mark
+        mark += 1
+        cmd = b"commit refs/heads/%s\nmark :%d\n" % (branch.encode(), mark)
+        cmd += b"committer Agent <agent@example.com> %d +0000\n" % when + _data(message)
+        if parent is not None:
+            cmd += b"from :%d\n" % parent
+        cmd += b"M 644 inline %s\n" % path.encode() + _data(f"{message}\n")
+        proc.stdin.write(cmd)
+        return mark
+
+    def sha(m: int) -> str:
+        if m not in sha_of:
+            proc.stdin.write(b"get-mark :%d\n" % m)
+            proc.stdin.flush()
+            sha_of[m] = proc.stdout.readline().decode().strip()
+        return sha_of[m]
+
+    for i in range(1, n + 1):
+        area = _AREAS[i % len(_AREAS)]
+        subjects[i] = f"iter {i}: {rng.choice(['add', 'fix', 'refactor', 'test'])} {area.split('/')[-1]} #{i}"
+        marks[i] = commit("master", t0 + 60 * i, subjects[i], f"{area}/f{i % 50}.txt")
+        if i > 5 and rng.random() < 0.03:
+            victim = rng.randint(i - 5, i - 1)
+            if victim not in reverted:
+                reverted.add(victim)
+                commit("master", t0 + 60 * i + 30,
+                       f'Revert "{subjects[victim]}"\n\nThis reverts commit {sha(marks[victim])}.',
+                       f"{area}/f{i % 50}.txt")
+    side_marks = [commit("side", t0 + 7, "side experiment 0", "side/s0.txt", parent=marks[1])]
+    side_marks += [commit("side", t0 + 8 + k, f"side experiment {k}", f"side/s{k}.txt") for k in (1, 2)]
+    for m in list(marks.values()) + side_marks:
+        sha(m)
+    proc.stdin.close()
+    if proc.wait() != 0:
+        raise RuntimeError("git fast-import failed")
+    _git(repo, "checkout", "-q", "-f", "master")
+
+    # Plans with write scopes, verification artifacts, and the iteration log.
+    plans = repo / ".agents/workflow/plans"
+    for p in range(5):
+        d = plans / f"plan-{p}"
+        d.mkdir(parents=True, exist_ok=True)
+        tasks = "".join(f"  - id: t{p}-{k}\n    write_scope: [\"{_AREAS[(p + k) % len(_AREAS)]}/\"]\n"
+                        for k in range(4))
+        (d / "TASKS.yaml").write_text(f"schema_version: 1\ntasks:\n{tasks}")
+    ver = repo / ".agents/active/verification"
+    for i in range(1, n + 1):
+        (log / f"iter-{i}.yaml").write_text(_record(i, rng, n, sha_of, marks, side_marks, subjects, sessions_every))
+        if i % 7 == 0:
+            d = ver / f"task-{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "test.result.yaml").write_text(f"schema_version: 1\nstatus: {rng.choice(['pass', 'pass', 'fail', 'partial'])}\n")
+            (d / "review-decision.yaml").write_text(
+                "schema_version: 1\npost_invocation:\n  user_corrections:\n    - tighten the scope\n  retries_in_loop: 1\n")
+        if i % 5 == 0:
+            (log / f"iter-{i}.hook-outcomes.yaml").write_text(hook_sidecar(i, rng))
+        if i % 11 == 0:
+            (log / f"iter-{i}.labels.yaml").write_text(labels_sidecar(i, rng))
+    return Generated(root=root, repo=repo, log=log, iterations=n)
+
+
+def _record(i: int, rng: random.Random, n: int, sha_of: dict, marks: dict, side: list, subjects: dict,
+            every: int) -> str:
+    roll = rng.random()
+    if roll < 0.04:
+        commit = f"{rng.getrandbits(28):07x}"  # does not resolve
+    elif roll < 0.06:
+        commit = sha_of[rng.choice(side)]  # never lands
+    else:
+        commit = sha_of[marks[i]][: rng.choice([7, 12, 40])]
+    plan, task = i % 5, (i // 5) % 4
+    if i <= 3:  # a few v1 entries, as old logs have
+        return (f"schema_version: 1\niteration: {i}\ndate: \"2026-05-0{i}\"\ntask_id: t{plan}-{task}\n"
+                f"commit: \"{commit}\"\ntests_added: 3\ntests_total_pass: true\nretries: {i % 2}\n"
+                f"scope_note: on-target\nsummary: \"{subjects[i]}\"\n")
+    session = f"sess-{(i - 1) // every:05d}"
+    status = rng.choice(["pass", "pass", "pass", "fail", "partial", "unknown"])
+    verif = ""
+    if rng.random() < 0.8:
+        art = f".agents/active/verification/task-{i}/test.result.yaml" if i % 7 == 0 else ""
+        verif = (f"verifiers:\n  - type: test\n    status: {status}\n    gate_passed: true\n"
+                 f"    tests_total_pass: {str(status == 'pass').lower()}\n    retries: {rng.choice([0, 0, 1])}\n"
+                 f"    result_artifact: \"{art}\"\n")
+    tokens = ""
+    if rng.random() < 0.5:
+        tokens = (f"session_tokens:\n  input_tokens: {rng.randint(1000, 90000)}\n  output_tokens: {rng.randint(100, 9000)}\n"
+                  f"  cache_hit_rate: {rng.random():.3f}\n")
+    decision = f".agents/active/verification/task-{i}/review-decision.yaml" if i % 7 == 0 else ""
+    note = rng.choice(["on-target", "on-target", "partial", "scope-breach", "Within declared write_scope"])
+    return (
+        "# yaml-language-server: $schema=../../../../schemas/workflow-iter-log.schema.json\n"
+        f"schema_version: 2\niteration: {i}\ndate: \"2026-06-{1 + i % 28:02d}\"\nwave: synthetic\n"
+        f"task_id: t{plan}-{task}\ncommit: {commit}\nfiles_changed: {rng.randint(1, 12)}\n"
+        f"agent:\n  session_id: {session}\n  harness: claude-code\n  model: synthetic-1\n{tokens}"
+        f"impl:\n  summary: \"{subjects[i]}\"\n  scope_note: {note}\n  retries: {rng.choice([0, 0, 0, 1, 2])}\n"
+        f"  focused_tests_added: {rng.randint(0, 9)}\n  focused_tests_pass: {rng.choice(['true', 'true', 'false', '~'])}\n"
+        f"{verif}review:\n  overall_decision: {rng.choice(['accept', 'accept', 'reject', ''])}\n"
+        f"  decision_artifact: \"{decision}\"\n"
+    )
+
+
+def hook_sidecar(i: int, rng: random.Random) -> str:
+    result = rng.choice(["allow", "allow", "advise", "remediate"])
+    return (
+        "# yaml-language-server: $schema=../../../../schemas/workflow-hook-outcome.schema.json\n"
+        "schema_version: 1\nrecords:\n"
+        f"    - schema_version: 1\n      sentinel_id: iteration-close-{i}\n      skill: iteration-close\n"
+        f"      lifecycle_point: stop\n      intervention_class: remediate_at_stop\n      result: {result}\n"
+        f"      rule_id: iteration-close.R1.{rng.randint(1, 4)}\n      platform: claude\n"
+        f"      ts: \"2026-06-01T00:00:{i % 60:02d}Z\"\n      correlation_id: iteration-close-{i}\n"
+    )
+
+
+def labels_sidecar(i: int, rng: random.Random) -> str:
+    return (
+        f"iteration: {i}\nschema_version: 1.0.0\nlabels:\n"
+        f"    - id: {i:032x}\n      iteration: {i}\n      actor: reviewer@example.com\n      role: reviewer\n"
+        f"      schema_version: 1.0.0\n      created_at: 2026-06-02T09:00:00Z\n      updated_at: 2026-06-02T09:00:00Z\n"
+        f"      history:\n        - actor: reviewer@example.com\n          role: reviewer\n"
+        f"          timestamp: 2026-06-02T09:00:00Z\n          structured:\n"
+        f"            correctness: {rng.randint(0, 3)}\n            scope_judgement: {rng.choice(['on-target', 'partial', 'breach'])}\n"
+        f"            hallucination: {rng.choice(['none', 'minor', 'major'])}\n"
+    )
+
+
+def add_iteration(gen: Generated, i: int, *, seed: int = 1) -> Path:
+    """Commit one more change on the trunk and close iteration ``i`` for it (the demo's "agent")."""
+    rng = random.Random(seed * 1000 + i)
+    f = gen.repo / "src" / "live" / f"change-{i}.txt"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(f"iteration {i}\n")
+    env = {**os.environ, **_ENV, "GIT_AUTHOR_NAME": "Agent", "GIT_AUTHOR_EMAIL": "agent@example.com",
+           "GIT_COMMITTER_NAME": "Agent", "GIT_COMMITTER_EMAIL": "agent@example.com"}
+    subprocess.run(["git", "-C", str(gen.repo), "add", str(f)], check=True, env=env, capture_output=True)
+    subprocess.run(["git", "-C", str(gen.repo), "commit", "-q", "-m", f"iter {i}: live change"],
+                   check=True, env=env, capture_output=True)
+    sha = _git(gen.repo, "rev-parse", "HEAD")
+    text = (f"schema_version: 2\niteration: {i}\ntask_id: t0-0\ncommit: {sha}\n"
+            f"agent:\n  session_id: sess-live\nsession_tokens:\n  cache_hit_rate: {0.5 + rng.random() / 2:.3f}\n"
+            f"impl:\n  summary: \"iter {i}: live change\"\n  scope_note: on-target\n  retries: {rng.choice([0, 1])}\n"
+            f"  focused_tests_pass: true\nverifiers:\n  - type: test\n    status: pass\n    tests_total_pass: true\n")
+    path = gen.log / f"iter-{i}.yaml"
+    tmp = path.with_name(f".iter-{i}.yaml.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,113 @@
+"""Shared test helpers: the ../shared fixtures, real git repositories, the CLI."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("AGENTLEDGER_SHARED", ROOT.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+TESTDATA = FIXTURES / "dot-agents" / "internal" / "scoring" / "testdata"
+REAL_LOG = FIXTURES / "dot-agents" / ".agents" / "active" / "iteration-log"
+REFERENCE = FIXTURES / "reference-scores"
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def need_fixtures() -> Path:
+    """The shared fixtures; in CI a missing fixture is a failure, never a skip."""
+    if not FIXTURES.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared fixtures missing at {FIXTURES} (CI=true)")
+        pytest.skip(f"shared fixtures not found at {FIXTURES}")
+    return FIXTURES
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return need_fixtures()
+
+
+class Repo:
+    """A real git repository in a temp dir, with a `master` trunk by default."""
+
+    def __init__(self, path: Path, branch: str = "master"):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q", "-b", branch)
+
+    def git(self, *args: str, input: str | None = None) -> str:
+        env = {**os.environ, **GIT_ENV}
+        proc = subprocess.run(["git", "-C", str(self.path), *args], capture_output=True, text=True,
+                              env=env, input=input, check=True)
+        return proc.stdout.strip()
+
+    def commit(self, message: str, files: dict[str, str] | None = None, *, date: str | None = None) -> str:
+        for rel, text in (files or {}).items():
+            p = self.path / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+            self.git("add", rel)
+        extra = {}
+        if date:
+            extra = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        env = {**os.environ, **GIT_ENV, **extra}
+        subprocess.run(["git", "-C", str(self.path), "commit", "-q", "--allow-empty", "-m", message],
+                       check=True, env=env, capture_output=True)
+        return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path):
+    def make(name: str = "repo", branch: str = "master") -> Repo:
+        return Repo(tmp_path / name, branch)
+
+    return make
+
+
+@pytest.fixture
+def empty_repo(make_repo) -> Repo:
+    return make_repo("empty-repo")
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit status, stdout, stderr)."""
+    from agentledger.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def cli_subprocess(*args: str, cwd: Path | None = None, env: dict | None = None,
+                   timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def copy_log(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def single_file_log(tmp_path: Path, fixture: str, n: int) -> Path:
+    d = tmp_path / f"log-{fixture}"
+    d.mkdir()
+    shutil.copy(TESTDATA / f"{fixture}.yaml", d / f"iter-{n}.yaml")
+    return d

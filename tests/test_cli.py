@@ -1,0 +1,185 @@
+"""The command line, as users and the close-task hook call it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, need_fixtures, run_cli
+
+
+def adhoc(log: Path, repo: Path, db: Path) -> list[str]:
+    return ["--iteration-log", str(log), "--repo", str(repo), "--db", str(db)]
+
+
+def test_score_n_json_and_idempotence(tmp_path: Path, empty_repo) -> None:
+    need_fixtures()
+    log = tmp_path / "log"
+    shutil.copytree(REAL_LOG, log)
+    args = adhoc(log, empty_repo.path, tmp_path / "l.sqlite")
+    code, out, err = run_cli("score", "66", "--json", *args)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["iteration"] == 66 and r["score_band"] == "excellent" and r["rubric_version"] == "2.1.0"
+    assert r["score_value"] == 0.8591549295774648
+    assert r["sidecar_path"] == str(log / "iter-66.score.yaml") and r["sidecar_written"] is True
+    assert r["session_sidecar_path"] == str(log / "session-0bff2f58-962f-4852-abaf-38cd6151218e.score.yaml")
+    ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
+    assert (log / "iter-66.score.yaml").read_bytes() == (ref / "iter-66.score.yaml").read_bytes()
+    assert Path(r["session_sidecar_path"]).read_bytes() == (ref / Path(r["session_sidecar_path"]).name).read_bytes()
+    # Only iteration 66 (and its session) was scored: the hook never rescans the log.
+    assert sorted(p.name for p in log.glob("*.score.yaml")) == [
+        "iter-66.score.yaml", "session-0bff2f58-962f-4852-abaf-38cd6151218e.score.yaml"]
+    mtime = (log / "iter-66.score.yaml").stat().st_mtime_ns
+    code, out, _ = run_cli("score", "66", "--json", *args)
+    assert json.loads(out)["rescored"] is False and json.loads(out)["sidecar_written"] is False
+    assert (log / "iter-66.score.yaml").stat().st_mtime_ns == mtime
+
+    code, out, _ = run_cli("score", "66", *args)
+    assert code == 0 and "iter-66: 0.8592 excellent" in out and "remediate: iteration-close.R1.1" in out
+
+
+def test_score_missing_iteration_fails(tmp_path: Path, empty_repo) -> None:
+    log = tmp_path / "log"
+    log.mkdir()
+    code, _, err = run_cli("score", "5", *adhoc(log, empty_repo.path, tmp_path / "l.sqlite"))
+    assert code == 1 and "iter-5.yaml not found" in err
+
+
+def test_session_id_path_traversal_is_refused(tmp_path: Path, empty_repo) -> None:
+    log = tmp_path / "a" / "b" / "log"
+    log.mkdir(parents=True)
+    (log / "iter-1.yaml").write_text(
+        "schema_version: 2\niteration: 1\nagent:\n  session_id: ../../etc/x\nimpl:\n  scope_note: on-target\n")
+    args = adhoc(log, empty_repo.path, tmp_path / "l.sqlite")
+    code, out, err = run_cli("ingest", "--once", *args)
+    assert code == 0, err
+    assert (log / "iter-1.score.yaml").is_file()  # the iteration itself still scores
+    assert not list(tmp_path.rglob("session-*")) and not (tmp_path / "a" / "etc").exists()
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    (q,) = json.loads(out)
+    assert q["path"] == "iter-1.yaml" and '"../../etc/x"' in q["reason"] and "refused" in q["reason"]
+
+
+def test_query_is_read_only(tmp_path: Path) -> None:
+    db = tmp_path / "l.sqlite"
+    code, out, _ = run_cli("query", "SELECT count(*) AS n FROM events", "--json", "--db", str(db))
+    assert code == 0 and json.loads(out) == [{"n": 0}]
+    for sql in ("DELETE FROM events", "INSERT INTO ledger_state VALUES ('a','b')", "DROP TABLE scores",
+                "CREATE TABLE x (a)"):
+        code, _, err = run_cli("query", sql, "--db", str(db))
+        assert code == 1 and "query failed" in err, sql
+    code, out, _ = run_cli("query", "SELECT 1 AS a, 'x' AS b", "--csv", "--db", str(db))
+    assert out.splitlines() == ["a,b", "1,x"]
+
+
+def test_status_and_quarantine_of_bad_fixtures(tmp_path: Path, empty_repo) -> None:
+    need_fixtures()
+    log = tmp_path / "log"
+    log.mkdir()
+    for name, n in (("bad_schema", 1), ("bad_v1", 3), ("bad_v2", 4), ("not_yaml", 0), ("v1_iter", 7)):
+        shutil.copy(TESTDATA / f"{name}.yaml", log / f"iter-{n}.yaml")
+    (log / "iter-9.yaml").mkdir()
+    shutil.copy(TESTDATA / "iterlog_badhist" / "historical.yaml", log / "historical.yaml")
+    args = adhoc(log, empty_repo.path, tmp_path / "l.sqlite")
+    code, out, err = run_cli("ingest", "--once", "--json", *args)
+    assert code == 0, err
+    assert json.loads(out)["quarantined"] == 6 and json.loads(out)["scored"] == 1
+    assert (log / "iter-7.score.yaml").is_file()
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    reasons = {q["path"]: q for q in json.loads(out)}
+    assert set(reasons) == {"iter-0.yaml", "iter-1.yaml", "iter-3.yaml", "iter-4.yaml", "iter-9.yaml",
+                            "historical.yaml"}
+    assert reasons["iter-1.yaml"]["reason"] == "unsupported iteration-log schema_version 99"
+    assert reasons["iter-3.yaml"]["reason"] == ("parse v1 iteration entry: yaml: unmarshal errors:\n"
+                                                "  line 3: cannot unmarshal !!str `not an ...` into int")
+    assert reasons["iter-3.yaml"]["line"] == 3
+    assert reasons["iter-0.yaml"]["reason"].endswith("cannot unmarshal !!seq into scoring.schemaProbe")
+    assert reasons["iter-9.yaml"]["reason"].endswith("is a directory")
+    code, out, _ = run_cli("status", "--json", *args)
+    st = json.loads(out)
+    assert st["quarantined"] == 6 and st["iterations"] == 1 and st["active_rubric"] == "2.1.0"
+
+    # The next valid write of a quarantined file is ingested and clears its quarantine.
+    shutil.copy(TESTDATA / "v2_sparse.yaml", log / "iter-3.yaml")
+    code, out, _ = run_cli("ingest", "--once", "--json", *args)
+    assert json.loads(out)["scored"] == 1 and (log / "iter-65.score.yaml").is_file()
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    assert "iter-3.yaml" not in {q["path"] for q in json.loads(out)}
+    code, out, _ = run_cli("quarantine", "--all", "--json", *args)
+    assert any(q["path"] == "iter-3.yaml" and q["resolved_seq"] for q in json.loads(out))
+
+
+def test_salvaged_log_ingests_without_crash(tmp_path: Path, make_repo) -> None:
+    fixtures = need_fixtures()
+    root = tmp_path / "salvaged"
+    shutil.copytree(fixtures / "dot-agents-salvaged", root)
+    make_repo("salvaged")  # git init inside the copy
+    args = adhoc(root / ".agents/active/iteration-log", root, tmp_path / "l.sqlite")
+    code, out, err = run_cli("ingest", "--once", "--json", *args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["scored"] == 66 and report["quarantined"] == 2
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    paths = sorted(q["path"] for q in json.loads(out))
+    assert paths == [".agents/workflow/plans/graph-bridge-command-readiness/TASKS.yaml", "historical.yaml"]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert run_cli("ingest", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no --once
+    assert run_cli("ingest", "--once", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
+    assert run_cli("score", "x")[0] == 2
+    assert run_cli("status", "--rubric", "9.9.9", "--db", str(tmp_path / "l.sqlite"))[0] == 0
+    code, _, err = run_cli("ingest", "--once", "--rubric", "9.9.9", "--iteration-log", str(tmp_path),
+                           "--repo", str(tmp_path), "--db", str(tmp_path / "l.sqlite"))
+    assert code == 2 and "unknown rubric version" in err
+
+
+def test_config_file_env_and_flags(tmp_path: Path, empty_repo, monkeypatch) -> None:
+    from agentledger import config as C
+
+    log = tmp_path / "log"
+    log.mkdir()
+    cfgfile = tmp_path / "agentledger.toml"
+    cfgfile.write_text(f'[store]\npath = "ledger.sqlite"\n[scoring]\nrubric = "2.0.2"\n'
+                       f'[[iteration_logs]]\nname = "main"\npath = "{log}"\nrepo = "{empty_repo.path}"\n')
+    cfg = C.load(str(cfgfile), env={})
+    assert cfg.store.path == tmp_path / "ledger.sqlite" and cfg.scoring.rubric == "2.0.2"
+    assert cfg.iteration_logs[0].name == "main" and cfg.iteration_logs[0].trunk == "master"
+    cfg = C.load(str(cfgfile), env={"AGENTLEDGER_SCORING_RUBRIC": "2.1.0", "AGENTLEDGER_STORE_SYNCHRONOUS": "NORMAL"})
+    assert cfg.scoring.rubric == "2.1.0" and cfg.store.synchronous == "NORMAL"
+    cfg = C.with_overrides(cfg, rubric="3.0.0", db=str(tmp_path / "x.sqlite"))
+    assert cfg.scoring.rubric == "3.0.0" and cfg.store.path == tmp_path / "x.sqlite"
+    monkeypatch.chdir(tmp_path)
+    assert C.load(None, env={}).origin == "agentledger.toml"  # ./agentledger.toml is found
+    cfgfile.write_text("[scoring]\nrubrik = '2.1.0'\n")
+    try:
+        C.load(str(cfgfile), env={})
+    except C.ConfigError as exc:
+        assert "rubrik" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("unknown key accepted")
+
+
+def test_example_config_is_valid_and_complete() -> None:
+    import tomllib
+    from dataclasses import fields
+
+    from agentledger import config as C
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "config.example.toml").read_text()
+    data = tomllib.loads(text)
+    cfg = C.load(str(root / "config.example.toml"), env={})
+    assert cfg.iteration_logs
+    for section, cls in C._SECTIONS.items():
+        for f in fields(cls):
+            assert f.name in data[section], f"config.example.toml does not document [{section}] {f.name}"
+
+
+def test_python_m_and_console_script(tmp_path: Path) -> None:
+    proc = cli_subprocess("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("agentledger ")
+    proc = cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["events"] == 0

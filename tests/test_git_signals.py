@@ -1,0 +1,140 @@
+"""landed, objective scope and the commit-time rule, against real git repositories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
+from agentledger.ledger import Ledger
+
+from .conftest import Repo
+
+
+def record(n: int, commit: str, *, task: str = "", summary: str = "", tokens: str = "") -> str:
+    return (f"schema_version: 2\niteration: {n}\ntask_id: \"{task}\"\ncommit: \"{commit}\"\n"
+            f"impl:\n  summary: \"{summary}\"\n  scope_note: on-target\n{tokens}")
+
+
+def score_all(tmp: Path, log: Path, repo: Path, trunk: str = "master") -> dict[int, dict[str, dict]]:
+    cfg = Config(store=StoreConfig(path=tmp / f"ledger-{trunk}.sqlite"), scoring=ScoringConfig(),
+                 iteration_logs=(make_source(log, repo, trunk),))
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    ledger.ingest(src)
+    ledger.ensure_rubric()
+    report = ledger.score(src)
+    assert not report.errors, report.errors
+    out: dict[int, dict[str, dict]] = {}
+    for it, bd in ledger.conn.execute("SELECT iteration, breakdown FROM scores"):
+        out[it] = {row["signal"]: row for row in json.loads(bd)}
+    ledger.close()
+    return out
+
+
+def test_landed_scope_and_commit_time(tmp_path: Path, make_repo) -> None:
+    repo: Repo = make_repo()
+    c1 = repo.commit("feat: one", {"a.go": "1"})
+    c2 = repo.commit("feat: two", {"src/x.go": "x", "docs/y.md": "y"})
+    c3 = repo.commit(f'Revert "feat: two"\n\nThis reverts commit {c2}.', {"src/x.go": "x2"})
+    c5 = repo.commit("chore: empty")
+    repo.git("checkout", "-q", "-b", "side")
+    c4 = repo.commit("side work", {"side.txt": "s"})
+    repo.git("checkout", "-q", "master")
+    plans = repo.path / ".agents/workflow/plans/p1"
+    plans.mkdir(parents=True)
+    (plans / "TASKS.yaml").write_text("tasks:\n  - id: t2\n    write_scope: [\"src/\"]\n")
+
+    log = tmp_path / "log"
+    log.mkdir()
+    files = {
+        1: record(1, c1),
+        2: record(2, c2, task="t2"),
+        3: record(3, c4),
+        4: record(4, "deadbee", summary="feat: one"),
+        5: record(5, "cafebabe", summary="FEAT: TWO"),
+        6: record(6, "abc1234", summary="nothing like it"),
+        7: record(7, c5, task="t2"),
+        8: record(8, c1, tokens="session_tokens:\n  cache_hit_rate: 0.62\n"),
+        9: record(9, "abc1234", tokens="session_tokens:\n  cache_hit_rate: 0.62\n"),
+    }
+    for n, text in files.items():
+        (log / f"iter-{n}.yaml").write_text(text)
+    s = score_all(tmp_path, log, repo.path)
+
+    def landed(n: int) -> tuple[bool, float, str]:
+        r = s[n]["landed"]
+        return r["present"], r["sub_score"], r["detail"]
+
+    assert landed(1) == (True, 1.0, f"commit {c1[:12]} reachable from master, not reverted")
+    assert landed(2) == (True, 0.0, f"commit {c2[:12]} reachable but reverted by {c3[:12]}")
+    assert landed(3) == (True, 0.0, f"commit {c4[:12]} not reachable from master")
+    assert landed(4) == (True, 1.0, f"unresolved SHA deadbee; message-matched {c1[:12]} reachable from master")
+    assert landed(5) == (True, 0.0, f"unresolved SHA cafebabe; message-matched {c2[:12]}, later reverted by {c3[:12]}")
+    assert landed(6) == (False, 0, "commit SHA abc1234 does not resolve and no message match")
+
+    assert s[2]["scope"]["detail"] == '1/2 changed files within declared write_scope of task "t2"'
+    assert s[2]["scope"]["sub_score"] == 0.5
+    assert s[7]["scope"]["detail"] == f"commit {c5[:12]} changed no files"
+    # No declared scope: the self-reported note is used, detail included.
+    assert s[1]["scope"]["detail"] == "scope_note: on-target"
+
+    assert s[8]["token_efficiency"]["present"] is True
+    assert s[8]["token_efficiency"]["detail"] == "native session_tokens: cache_hit_rate 0.620"
+    assert s[9]["token_efficiency"]["detail"] == "commit time unresolvable; cannot window the transcript"
+
+
+def test_single_iteration_scoring_matches_batch(tmp_path: Path, make_repo) -> None:
+    """`score N` streams only the top of the trunk log; it must agree with a full pass."""
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"change {i}", {f"f{i}.txt": str(i)}) for i in range(30)]
+    repo.commit(f"Revert change 3\n\nThis reverts commit {shas[3][:10]}.")
+    log = tmp_path / "log"
+    log.mkdir()
+    for i, sha in enumerate(shas):
+        (log / f"iter-{i + 1}.yaml").write_text(record(i + 1, sha))
+    batch = score_all(tmp_path, log, repo.path)
+
+    cfg = Config(store=StoreConfig(path=tmp_path / "single.sqlite"), iteration_logs=(make_source(log, repo.path),))
+    for n in (1, 4, 30):
+        ledger = Ledger(cfg)
+        src = cfg.iteration_logs[0]
+        ledger.ingest(src, iterations=[n])
+        ledger.ensure_rubric()
+        ledger.score(src, [n])
+        (bd,) = ledger.conn.execute("SELECT breakdown FROM scores WHERE iteration = ?", (n,)).fetchone()
+        assert {r["signal"]: r for r in json.loads(bd)} == batch[n]
+        ledger.close()
+    assert batch[4]["landed"]["detail"].startswith(f"commit {shas[3][:12]} reachable but reverted by")
+
+
+def test_trunk_name_is_configurable(tmp_path: Path, make_repo) -> None:
+    repo: Repo = make_repo(branch="main")
+    c1 = repo.commit("only", {"a": "1"})
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(record(1, c1))
+    assert score_all(tmp_path, log, repo.path)[1]["landed"]["detail"] == f"commit {c1[:12]} not reachable from master"
+    assert score_all(tmp_path, log, repo.path, "main")[1]["landed"]["detail"] == \
+        f"commit {c1[:12]} reachable from main, not reverted"
+
+
+def test_not_a_git_repository_is_reported_not_fatal(tmp_path: Path) -> None:
+    from agentledger.ledger import SourceError
+
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(record(1, "abc"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, plain),))
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    ledger.ingest(src)  # events are still recorded
+    assert ledger.conn.execute("SELECT count(*) FROM iterations").fetchone()[0] == 1
+    try:
+        ledger.score(src)
+    except SourceError as exc:
+        assert "is not a git repository" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("expected SourceError")

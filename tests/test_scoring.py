@@ -1,0 +1,153 @@
+"""The pure scorer: worked examples, signal rules, human labels, and a property test."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentledger.model import HookOutcomes, HookRecord, Record
+from agentledger.scoring import rubric as R
+from agentledger.scoring.combine import combine
+from agentledger.scoring.inputs import ScoringInputs
+from agentledger.scoring.signals import SignalValue, absent, correction_pressure, hook_outcomes, human_label, present
+from agentledger.sources.sidefiles_parse import parse_hook_outcomes, parse_labels
+
+
+def values(rubric: R.Rubric, **subs: float) -> dict[str, SignalValue]:
+    return {s.id: (present(subs[s.id], "") if s.id in subs else absent("x")) for s in rubric.signals}
+
+
+def test_worked_examples_2_1_0_and_3_0_0() -> None:
+    r21, r30, r20 = R.load("2.1.0"), R.load("2.1.0"), R.load("2.0.2")
+    clean = dict(landed=1, verifier=1, tests=1, correction_pressure=1, scope=1)
+    scored, value, band, rows = combine(r21, values(r21, **clean))
+    assert (value, band) == (1.0, "excellent")
+    assert [r.effective_weight for r in rows if r.present] == [
+        0.24691358024691357, 0.2222222222222222, 0.20987654320987653, 0.16049382716049382, 0.16049382716049382]
+    struggling = dict(landed=0, verifier=0, tests=0, correction_pressure=0.25, scope=0.5, hook_outcomes=0,
+                      token_efficiency=0.6)
+    assert abs(combine(r21, values(r21, **struggling))[1] - 0.1515) < 1e-12
+    assert abs(combine(r20, values(r20, **struggling))[1] - 0.1725) < 1e-12
+    r30 = R.load("3.0.0")
+    assert combine(r30, values(r30, **struggling))[1] == 0.1535294117647059
+    assert combine(r30, values(r30, **struggling, human_label=0.0))[1] == 0.13050000000000003
+    labelled = combine(r30, values(r30, **clean, human_label=0.8333333333333333))
+    assert labelled[1] == 0.9698795180722891
+    assert [r.effective_weight for r in labelled[3] if r.signal == "human_label"] == [0.18072289156626506]
+
+
+def test_unscored_when_nothing_present() -> None:
+    rub = R.load("2.1.0")
+    scored, value, band, rows = combine(rub, values(rub))
+    assert (scored, value, band) == (False, 0.0, "unscored") and len(rows) == 7
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["2.0.2", "2.1.0", "3.0.0"]),
+       st.lists(st.one_of(st.none(), st.floats(0, 1)), min_size=8, max_size=8))
+def test_contributions_of_present_signals_sum_to_the_value(version: str, subs: list) -> None:
+    rub = R.load(version)
+    vals = {s.id: (absent("a") if subs[i] is None else present(subs[i], "p")) for i, s in enumerate(rub.signals)}
+    scored, value, band, rows = combine(rub, vals)
+    total = 0.0
+    for row in rows:
+        if row.present:
+            total += row.contribution
+        else:
+            assert row.contribution == 0 and row.effective_weight == 0 and row.sub_score == 0
+    assert total == value  # the same sum, in rubric order
+    if scored:
+        assert abs(sum(r.effective_weight for r in rows) - 1.0) < 1e-9
+        assert 0.0 <= value <= 1.0 + 1e-12 and band == rub.band(value)
+    else:
+        assert all(v is None for v in subs[: len(rub.signals)])
+
+
+def _x(**kw) -> ScoringInputs:
+    return ScoringInputs(record=kw.pop("record", Record(iteration=7)), **kw)
+
+
+def test_correction_pressure_ieee_edge_cases() -> None:
+    from agentledger.model import Impl
+
+    assert correction_pressure(_x(record=Record(impl=Impl(retries=-1)))).sub_score == 1.0  # 1/0 -> +Inf -> 1
+    v = correction_pressure(_x(record=Record(impl=Impl(retries=-2))))
+    assert v.sub_score == 0.0 and v.detail == "-2 retries, 0 user corrections"
+    v = correction_pressure(_x(tool_error_rate=1 / 3))
+    assert v.detail == "0 retries, 0 user corrections, 33% tool-error rate"
+
+
+def test_hook_outcomes_d4_collapse_and_bands() -> None:
+    rec = lambda cls, result, rule, corr="c1": HookRecord(cls, result, rule, corr)  # noqa: E731
+    h = HookOutcomes(records=(rec("remediate_at_stop", "remediate", "iteration-close.R1.1"),
+                              rec("remediate_at_stop", "advise", "iteration-close.R1.4")))
+    assert hook_outcomes(_x(hook=h)) == present(0.0, "remediate: iteration-close.R1.1")
+    h = HookOutcomes(records=(rec("prevent_before_action", "allow", "r1"), rec("prevent_before_action", "advise", "r1")))
+    assert hook_outcomes(_x(hook=h)) == present(0.6, "advise: r1")
+    h = HookOutcomes(records=(rec("prevent_before_action", "allow", "r2", ""), rec("prevent_before_action", "allow", "r2", ""),
+                              rec("remediate_at_stop", "allow", "r1")))
+    assert hook_outcomes(_x(hook=h)) == present(1.0, "allow: r1, r2 (3 records)")
+    h = HookOutcomes(records=(rec("continuity_advice", "remediate", "r"),))
+    assert hook_outcomes(_x(hook=h)).detail.startswith("no scored hook-outcome records for iter-7")
+    assert hook_outcomes(_x()).detail == "no hook-outcomes sidecar for iter-7"
+
+
+def test_hook_sidecar_type_errors_are_go_texts() -> None:
+    text = ("schema_version: 1\nrecords:\n    - intervention_class: remediate_at_stop\n      result: remediate\n"
+            "      rule_id:\n          a: b\n      correlation_id: definitely-wrong-shape\n")
+    parsed = parse_hook_outcomes(text)
+    assert parsed.error == "yaml: unmarshal errors:\n  line 6: cannot unmarshal !!map into string"
+    assert hook_outcomes(_x(hook=parsed)).detail == (
+        "cannot parse hook-outcomes sidecar for iter-7: yaml: unmarshal errors:\n"
+        "  line 6: cannot unmarshal !!map into string")
+    parsed = parse_hook_outcomes("records: definitely-wrong\n")
+    assert parsed.error.endswith("line 1: cannot unmarshal !!str `definit...` into []scoring.hookOutcomeRecord")
+    assert parse_hook_outcomes("").records == () and parse_hook_outcomes("").error == ""
+
+
+LABEL = """    - id: {id}
+      iteration: 5
+      actor: {actor}
+      role: {role}
+{override}      schema_version: {schema}
+      created_at: {ts}
+      updated_at: {ts}
+      history:
+        - actor: {actor}
+          role: {role}
+          timestamp: {ts}
+          structured:
+            correctness: {c}
+            scope_judgement: {s}
+            hallucination: {h}
+"""
+
+
+def labels_file(*labels: dict, schema: str = "1.0.0") -> str:
+    body = "".join(LABEL.format(**{"id": f"id{i}", "role": "reviewer", "override": "", "schema": "1.0.0",
+                                   "ts": "2026-05-28T09:00:00Z", **lb}) for i, lb in enumerate(labels))
+    return f"iteration: 5\nschema_version: {schema}\nlabels:\n{body}"
+
+
+def hl(text: str):
+    return human_label(_x(record=Record(iteration=5), labels=parse_labels(text, 5)))
+
+
+def test_human_label_conformance_vectors() -> None:
+    a = dict(actor="alice@example.com", c=3, s="on-target", h="none")
+    b = dict(actor="bob@example.com", c=0, s="breach", h="major")
+    assert hl(labels_file(a, b)) == present(0.5, "mean of 2 latest label(s) by alice@example.com, bob@example.com")
+    admin = dict(actor="admin@example.com", role="admin", override="      admin_override: true\n", c=0, s="breach", h="major")
+    assert hl(labels_file(a, b, admin)) == present(0.0, "admin override by admin@example.com")
+    older = dict(actor="rev@example.com", c=0, s="breach", h="major", ts="2026-05-28T12:05:00Z")
+    newer = dict(actor="rev@example.com", c=3, s="on-target", h="none", ts="2026-05-28T12:00:00Z")
+    assert hl(labels_file(older, newer)).sub_score == 0.0  # the later updated_at wins, not file order
+    assert hl(labels_file(a, schema="2.0.0")).detail == \
+        'unsupported label schema "2.0.0" for iter-5 (this rubric scores major 1 only)'
+    assert hl(labels_file(dict(a, schema="3"))).detail.startswith('unsupported label schema "3"')
+    assert hl("iteration: 5\nschema_version: 2.0.0\nlabels: []\n").detail == "no human labels for iter-5"
+    assert hl("{").detail.startswith("cannot read labels sidecar for iter-5: labels: parse iter-5 sidecar:")
+    assert hl(labels_file(dict(a, role="boss"))).detail == (
+        'cannot read labels sidecar for iter-5: labels: invalid iter-5 sidecar: labels: invalid role: "boss"')
+    assert hl(labels_file(dict(a, c=1, s="partial", h="minor"))).sub_score == 0.4444444444444444
+    assert human_label(_x(record=Record(iteration=7))).detail == "no human labels for iter-7"

@@ -1,0 +1,160 @@
+"""Ledger invariants on real SQLite files."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentledger.config import Config, StoreConfig, make_source
+from agentledger.ledger import Ledger
+from agentledger.store import db, events
+from agentledger.store.events import Event, append
+from agentledger.store.projections import PROJECTION_TABLES, rebuild
+
+from .conftest import REAL_LOG, need_fixtures
+
+
+def test_events_refuse_update_and_delete(tmp_path: Path) -> None:
+    conn = db.connect(tmp_path / "l.sqlite")
+    with db.write_transaction(conn):
+        append(conn, Event("rubric.activated", "ledger", "ledger", "k1", {"version": "2.1.0", "previous": None}))
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("UPDATE events SET type = 'x'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("DELETE FROM events")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash,"
+                     " recorded_at, source, payload) VALUES ('s','t',1,'k2','h','now','x','not json')")
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+
+
+def test_append_is_idempotent(tmp_path: Path) -> None:
+    conn = db.connect(tmp_path / "l.sqlite")
+    with db.write_transaction(conn):
+        ev = Event("rubric.activated", "ledger", "ledger", "same-key", {"version": "2.1.0", "previous": None})
+        assert append(conn, ev) is True
+        assert append(conn, Event("rubric.activated", "ledger", "ledger", "same-key",
+                                  {"version": "2.1.0", "previous": None})) is False
+    row = conn.execute("SELECT schema_version, content_hash, json_valid(payload) FROM events").fetchone()
+    assert row[0] == 1 and row[1].startswith("sha256:") and row[2] == 1
+
+
+def test_old_payload_versions_are_upcast_on_read_never_rewritten(tmp_path: Path, monkeypatch) -> None:
+    conn = db.connect(tmp_path / "l.sqlite")
+    with db.write_transaction(conn):
+        append(conn, Event("rubric.activated", "ledger", "ledger", "k", {"version": "2.1.0", "previous": None}))
+    stored = conn.execute("SELECT payload FROM events").fetchone()[0]
+    monkeypatch.setitem(events.CURRENT, "rubric.activated", 2)
+    monkeypatch.setitem(events.UPCASTERS, ("rubric.activated", 1), lambda p: {**p, "reason": "config"})
+    (ev,) = list(events.read(conn))
+    assert ev.schema_version == 2 and ev.payload["reason"] == "config"
+    assert tuple(conn.execute("SELECT payload, schema_version FROM events").fetchone()) == (stored, 1)
+
+
+def _dump(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    return {t: sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}")) for t in PROJECTION_TABLES}
+
+
+def test_rebuild_reproduces_projections_and_sidecars(tmp_path: Path, empty_repo) -> None:
+    need_fixtures()
+    log = tmp_path / "log"
+    shutil.copytree(REAL_LOG, log)
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    ledger.ingest(src)
+    ledger.ensure_rubric()
+    ledger.score(src)
+    (log / "iter-70.yaml").write_text((log / "iter-70.yaml").read_text().replace("retries: 0", "retries: 2", 1))
+    ledger.ingest(src)
+    ledger.score(src)
+    before = _dump(ledger.conn)
+    files = {p.name: p.read_bytes() for p in log.iterdir()}
+    (log / "iter-66.score.yaml").unlink()
+    (log / "iter-67.score.yaml").write_text("tampered\n")
+
+    replayed = rebuild(ledger.conn)
+    assert replayed == ledger.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert _dump(ledger.conn) == before
+    report = ledger.sync_sidecars(src)
+    assert report.sidecars_written == 2
+    assert {p.name: p.read_bytes() for p in log.iterdir()} == files
+
+
+def test_checkpoint_and_events_commit_together(tmp_path: Path, empty_repo, monkeypatch) -> None:
+    """A failure between appending events and moving the checkpoint leaves neither."""
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text("schema_version: 1\niteration: 1\n")
+    (log / "iter-2.yaml").write_text("schema_version: 1\niteration: 2\n")
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    real = Ledger._commit_one
+    calls = []
+
+    def failing(self, src, obs, projector, report):
+        real(self, src, obs, projector, report)
+        calls.append(obs.cand.rel)
+        if len(calls) == 2:
+            raise OSError("disk on fire")
+
+    monkeypatch.setattr(Ledger, "_commit_one", failing)
+    with pytest.raises(OSError):
+        ledger.ingest(src)
+    c = ledger.conn
+    assert c.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 0
+    assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 0
+    monkeypatch.setattr(Ledger, "_commit_one", real)
+    ledger.ingest(src)
+    assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 2
+    assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 2
+
+
+def test_content_changes_make_events_touch_does_not(tmp_path: Path, empty_repo) -> None:
+    import os
+
+    log = tmp_path / "log"
+    log.mkdir()
+    f = log / "iter-1.yaml"
+    a, b = "schema_version: 1\niteration: 1\nretries: 1\n", "schema_version: 1\niteration: 1\nretries: 2\n"
+    f.write_text(a)
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    count = lambda: ledger.conn.execute("SELECT count(*) FROM events WHERE type = 'iteration.recorded'").fetchone()[0]  # noqa: E731
+    ledger.ingest(src)
+    assert count() == 1
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))  # touch: same bytes
+    assert ledger.ingest(src).events == 0
+    f.write_text(b)
+    ledger.ingest(src)
+    f.write_text(a)  # back to the first content: still a new event (A -> B -> A)
+    ledger.ingest(src)
+    assert count() == 3
+    rec = ledger.conn.execute("SELECT record FROM iterations").fetchone()[0]
+    assert '"retries":1' in rec
+
+
+def test_readonly_connection_cannot_write(tmp_path: Path) -> None:
+    db.connect(tmp_path / "l.sqlite").close()
+    ro = db.connect_readonly(tmp_path / "l.sqlite")
+    with pytest.raises(sqlite3.OperationalError):
+        ro.execute("CREATE TABLE x (a)")
+    with pytest.raises(sqlite3.OperationalError):
+        ro.execute("INSERT INTO ledger_state VALUES ('a', 'b')")
+
+
+def test_schema_is_strict_and_migrated_once(tmp_path: Path) -> None:
+    conn = db.connect(tmp_path / "l.sqlite")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    assert "STRICT" in sql
+    applied = conn.execute("SELECT name FROM _sqlite_migrations").fetchall()
+    conn.close()
+    conn = db.connect(tmp_path / "l.sqlite")
+    assert conn.execute("SELECT name FROM _sqlite_migrations").fetchall() == applied
