@@ -26,7 +26,7 @@ def score_all(tmp: Path, log: Path, repo: Path, trunk: str = "master") -> dict[i
     report = ledger.score(src)
     assert not report.errors, report.errors
     out: dict[int, dict[str, dict]] = {}
-    for it, bd in ledger.conn.execute("SELECT iteration, breakdown FROM scores"):
+    for it, bd in ledger.conn.execute("SELECT iteration, breakdown FROM score_details"):
         out[it] = {row["signal"]: row for row in json.loads(bd)}
     ledger.close()
     return out
@@ -102,7 +102,7 @@ def test_single_iteration_scoring_matches_batch(tmp_path: Path, make_repo) -> No
         ledger.ingest(src, iterations=[n])
         ledger.ensure_rubric()
         ledger.score(src, [n])
-        (bd,) = ledger.conn.execute("SELECT breakdown FROM scores WHERE iteration = ?", (n,)).fetchone()
+        (bd,) = ledger.conn.execute("SELECT breakdown FROM score_details WHERE iteration = ?", (n,)).fetchone()
         assert {r["signal"]: r for r in json.loads(bd)} == batch[n]
         ledger.close()
     assert batch[4]["landed"]["detail"].startswith(f"commit {shas[3][:12]} reachable but reverted by")

@@ -136,7 +136,7 @@ def test_content_changes_make_events_touch_does_not(tmp_path: Path, empty_repo) 
     f.write_text(a)  # back to the first content: still a new event (A -> B -> A)
     ledger.ingest(src)
     assert count() == 3
-    rec = ledger.conn.execute("SELECT record FROM iterations").fetchone()[0]
+    rec = ledger.conn.execute("SELECT record FROM iteration_records").fetchone()[0]
     assert '"retries":1' in rec
 
 

@@ -200,7 +200,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"agentledger: error: {exc}", file=sys.stderr)
             return EXIT_FAIL
         row = ledger.conn.execute(
-            "SELECT s.*, i.session_id FROM scores s JOIN iterations i ON i.source = s.source"
+            "SELECT s.*, i.session_id FROM score_details s JOIN iterations i ON i.source = s.source"
             " AND i.iteration = s.iteration WHERE s.source = ? AND s.iteration = ? AND s.rubric_version = ?",
             (src.id, n, ledger.rubric.version)).fetchone()
         if row is None:

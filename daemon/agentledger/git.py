@@ -71,6 +71,8 @@ class TrunkLog:
         self.subjects: list[str] = []
         self.revert_runs: list[tuple[str, ...]] = []  # per commit; () unless the body says revert
         self.reverts: list[int] = []  # indices of commits whose body says revert, ascending
+        self.revert_prefix: dict[str, int] = {}  # hex run -> newest commit whose revert body has it
+        self.by_subject: dict[str, list[int]] = {}  # casefolded subject -> indices, newest first
         self.index: dict[str, int] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
@@ -111,9 +113,13 @@ class TrunkLog:
         runs: tuple[str, ...] = ()
         if "revert" in body.lower():
             runs = tuple(r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40)
+        i = len(self.shas)
         if runs:
-            self.reverts.append(len(self.shas))
-        self.index.setdefault(sha, len(self.shas))
+            self.reverts.append(i)
+            for run in runs:
+                self.revert_prefix.setdefault(run, i)
+        self.by_subject.setdefault(subject.strip().casefold(), []).append(i)
+        self.index.setdefault(sha, i)
         self.shas.append(sha)
         self.subjects.append(subject.strip())
         self.revert_runs.append(runs)
@@ -145,24 +151,26 @@ class TrunkLog:
         return self.index[sha]
 
     def first_revert(self, sha: str, stop: int) -> str:
-        """Newest commit above ``stop`` whose body reverts ``sha`` (spec §4.1 step 5)."""
-        for i in self.reverts:
-            if i >= stop:
-                break
-            for run in self.revert_runs[i]:
-                if sha.startswith(run):
-                    return self.shas[i]
-        return ""
+        """Newest commit above ``stop`` whose body reverts ``sha`` (spec §4.1 step 5).
+
+        A body reverts ``sha`` when it says "revert" and one of its hex runs
+        (7–40 digits) is a prefix of ``sha``: look each prefix of ``sha`` up."""
+        best = stop
+        for length in range(7, min(40, len(sha)) + 1):
+            i = self.revert_prefix.get(sha[:length])
+            if i is not None and i < best:
+                best = i
+        return self.shas[best] if best < stop else ""
 
     def subject_match(self, summary: str) -> int | None:
-        i = 0
+        """Newest commit whose trimmed subject equals ``summary`` (Go EqualFold)."""
+        key = summary.casefold()
         while True:
-            while i >= len(self.shas):
-                if not self._read_more():
-                    return None
-            if _equal_fold(self.subjects[i], summary):
-                return i
-            i += 1
+            for i in self.by_subject.get(key, ()):
+                if _equal_fold(self.subjects[i], summary):
+                    return i
+            if not self._read_more():
+                return None
 
 
 class GitRepo:
@@ -217,17 +225,22 @@ class GitRepo:
         but a branch name can move, so only full SHAs are cached across calls)."""
         todo = [r for r in dict.fromkeys(raws) if r not in self._resolved]
         if todo:
-            queries: list[str] = []
-            for raw in todo:
-                s = raw.strip()
-                queries.append(f"{s}^{{commit}}" if s and "\n" not in s else "")
-                queries.append(raw if raw and raw == raw.strip() and "\n" not in raw else "")
-            answers = self._batch_check(queries)
+            # One query per string: the string itself. It names a commit (the
+            # usual case: a SHA, branch or lightweight tag), an annotated tag
+            # (peel it in a second, small query), or nothing.
+            direct = self._batch_check([r if r and r == r.strip() and "\n" not in r else "" for r in todo])
+            peel: dict[str, str] = {}
+            for raw, ans in zip(todo, direct):
+                if ans is None or ans[1] != "commit":
+                    s = raw.strip()
+                    if s and "\n" not in s:
+                        peel[raw] = f"{s}^{{commit}}"
+            peeled = dict(zip(peel, self._batch_check(list(peel.values()))))
             commits: dict[str, str] = {}
-            for i, raw in enumerate(todo):
-                peeled, direct = answers[2 * i], answers[2 * i + 1]
-                sha = peeled[0] if peeled and peeled[1] == "commit" else ""
-                direct_commit = direct[0] if direct and direct[1] == "commit" else ""
+            for raw, ans in zip(todo, direct):
+                direct_commit = ans[0] if ans is not None and ans[1] == "commit" else ""
+                p = peeled.get(raw)
+                sha = direct_commit or (p[0] if p is not None and p[1] == "commit" else "")
                 commits[raw] = direct_commit
                 self._resolved[raw] = Resolution(sha=sha)
             times = self._commit_times([c for c in commits.values() if c])

@@ -27,7 +27,9 @@ from pathlib import Path
 from . import sidecars
 from .config import Config, IterationLogSource
 from .git import GitRepo
-from .model import Artifact, HookOutcomes, Labels, Record, encode_float, from_jsonable, to_jsonable
+from .model import Artifact, HookOutcomes, Labels, Record, encode_float, from_jsonable
+from .parallel import pmap
+from .parallel import shutdown as shutdown_workers
 from .scoring import rubric as rubrics
 from .scoring.combine import Score, score
 from .scoring.inputs import ScoringInputs
@@ -82,13 +84,19 @@ class Ledger:
     def close(self) -> None:
         for repo in self._repos.values():
             repo.close()
+        shutdown_workers()
         self.conn.close()
 
     # ------------------------------------------------------------------ sources
     def register_sources(self) -> None:
+        """Note the configured sources in the ledger (only when something changed)."""
+        known = {(r[0], r[1], r[2], r[3]) for r in self.conn.execute("SELECT source, root, repo, trunk FROM sources")}
+        todo = [s for s in self.cfg.iteration_logs if (s.id, str(s.path), str(s.repo), s.trunk) not in known]
+        if not todo:
+            return
         now = datetime.now(timezone.utc).isoformat()
         with store.write_transaction(self.conn):
-            for src in self.cfg.iteration_logs:
+            for src in todo:
                 self.conn.execute(
                     "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at)"
                     " VALUES (?, 'iteration_log', ?, ?, ?, ?)",
@@ -116,12 +124,12 @@ class Ledger:
     def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
                  report: Report) -> list[S.Observation]:
         cps = self._checkpoints(src, rels)
+        jobs = [(src, cand, cps.get(cand.rel), self.limits) for cand in cands]
         out = []
-        for cand in cands:
-            obs = S.observe(src, cand, cps.get(cand.rel), self.limits)
+        for obs in pmap(_observe_job, jobs):
             if obs is not None:
                 out.append(obs)
-                report.files_read += obs.digest is not None
+                report.files_read += obs.digest is not None and not obs.unchanged
         return out
 
     def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Report) -> None:
@@ -186,23 +194,35 @@ class Ledger:
                 # The record may live in a file not named after it: look at the whole directory.
                 return report.add(self.ingest(src))
         # Artifacts: what the records point at, and the plans' write scopes.
-        refs = []
-        for rec in self._effective(src, iterations).values():
-            refs += [(VERIFIER_RESULT, v.result_artifact) for v in rec.verifiers]
-            refs.append((REVIEW_DECISION, rec.review.decision_artifact))
-        cands = S.artifact_candidates(src, refs) + S.tasks_candidates(src)
+        cands = S.artifact_candidates(src, self._artifact_refs(src, iterations)) + S.tasks_candidates(src)
         rels = None if iterations is None else [c.rel for c in cands]
         self._commit(src, self._observe(src, cands, rels, report), report)
         return report
 
+    def _artifact_refs(self, src: IterationLogSource, iterations: list[int] | None) -> list[tuple[str, str]]:
+        """(kind, raw path) of every artifact the effective records point at."""
+        filt, args = "", [src.id]
+        if iterations is not None:
+            filt = " AND i.iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(iterations))
+        sql = (f"SELECT '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact') FROM iteration_records i,"
+               f" json_each(i.record, '$.verifiers') v WHERE i.source = ?{filt}"
+               f" UNION ALL SELECT '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
+               f" FROM iteration_records i WHERE i.source = ?{filt}")
+        return [(r[0], r[1]) for r in self.conn.execute(sql, args + args) if r[1]]
+
     # ------------------------------------------------------------------ scoring
-    def _effective(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, Record]:
-        sql = "SELECT iteration, record FROM iterations WHERE source = ?"
+    def _effective_json(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, str]:
+        """The effective record JSON of each iteration (all, or ``iterations``)."""
+        sql = "SELECT iteration, record FROM iteration_records WHERE source = ?"
         args: list = [src.id]
         if iterations is not None:
-            sql += " AND iteration IN (%s)" % ",".join("?" * len(iterations))
-            args += list(iterations)
-        return {r[0]: Record.from_json(json.loads(r[1])) for r in self.conn.execute(sql + " ORDER BY iteration", args)}
+            sql += " AND iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(list(iterations)))
+        return {r[0]: r[1] for r in self.conn.execute(sql + " ORDER BY iteration", args)}
+
+    def _effective(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, Record]:
+        return {it: Record.from_json(json.loads(text)) for it, text in self._effective_json(src, iterations).items()}
 
     def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:
         its = list(iterations)
@@ -213,28 +233,42 @@ class Ledger:
             [src.id, *its])
         return {r[0]: from_jsonable(cls, json.loads(r[1])) for r in rows}
 
-    def _artifacts(self, src: IterationLogSource) -> tuple[dict[str, Artifact], list[Artifact]]:
+    def _artifacts(self, src: IterationLogSource, paths: set[str] | None) -> tuple[dict[str, Artifact], list[Artifact]]:
+        """Artifacts at ``paths`` (all when None) and every plan's TASKS.yaml, in path order."""
+        sql = "SELECT path, artifact FROM artifacts WHERE source = ? AND (kind = ?"
+        args: list = [src.id, TASKS]
+        if paths is None:
+            sql += " OR 1)"
+        else:
+            sql += " OR path IN (SELECT value FROM json_each(?)))"
+            args.append(json.dumps(sorted(paths)))
         arts: dict[str, Artifact] = {}
         tasks: list[Artifact] = []
-        for r in self.conn.execute("SELECT path, artifact FROM artifacts WHERE source = ? ORDER BY path",
-                                   (src.id,)):
+        for r in self.conn.execute(sql + " ORDER BY path", args):
             a = from_jsonable(Artifact, json.loads(r[1]))
             arts[r[0]] = a
             if a.kind == TASKS:
                 tasks.append(a)
         return arts, tasks
 
-    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[ScoringInputs]:
-        records = self._effective(src, iterations)
-        if not records:
+    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[tuple[ScoringInputs, str]]:
+        """Scoring inputs of each iteration, with its record's stored JSON (for the inputs hash)."""
+        texts = self._effective_json(src, iterations)
+        if not texts:
             return []
+        records = {it: Record.from_json(json.loads(t)) for it, t in texts.items()}
         repo = self.repo(src)
         problem = repo.check()
         if problem:
             raise SourceError(f"cannot score {src.label}: {problem}")
         hooks = self._side("hook_outcomes", src, records, HookOutcomes)
         labels = self._side("labels", src, records, Labels)
-        arts, tasks = self._artifacts(src)
+        wanted = None
+        if iterations is not None:
+            wanted = {p for rec in records.values()
+                      for p in [resolve_artifact_path(v.result_artifact) for v in rec.verifiers]
+                      + [resolve_artifact_path(rec.review.decision_artifact)] if p}
+        arts, tasks = self._artifacts(src, wanted)
         batch = len(records) > 8
         resolutions = repo.resolve([r.commit for r in records.values()])
 
@@ -261,24 +295,15 @@ class Ledger:
         changed = repo.changed_files([p[3].resolved for p in partial if p[4] is not None])
         out = []
         for it, rec, res, landed, scope in partial:
-            out.append(ScoringInputs(
+            out.append((ScoringInputs(
                 record=rec, trunk=src.trunk, hook=hooks.get(it), labels=labels.get(it),
                 verifier_artifacts=tuple(artifact(v.result_artifact, VERIFIER_RESULT) for v in rec.verifiers),
                 review_artifact=artifact(rec.review.decision_artifact, REVIEW_DECISION),
                 landed=landed, write_scope=scope,
                 changed_files=changed.get(landed.resolved) if scope is not None else None,
                 commit_time=res.commit_time,
-            ))
+            ), texts[it]))
         return out
-
-    def _payload(self, s: Score, digest: str) -> dict:
-        return {
-            "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
-            "scored": s.scored, "value": encode_float(s.value), "band": s.band,
-            "breakdown": to_jsonable(list(s.breakdown)), "integrity": to_jsonable(list(s.integrity)),
-            "linked_traces": s.linked_traces, "marker": self.cfg.scoring.linked_traces_marker,
-            "sidecar": sidecars.iteration_sidecar_name(s.iteration),
-        }
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None) -> Report:
@@ -286,22 +311,25 @@ class Ledger:
         version = self.rubric.version
         marker = self.cfg.scoring.linked_traces_marker
         inputs = self.gather(src, iterations)
-        existing = {r[0]: r[1] for r in self.conn.execute(
-            "SELECT iteration, inputs_hash FROM scores WHERE source = ? AND rubric_version = ?",
-            (src.id, version))}
+        sql = "SELECT iteration, inputs_hash FROM scores WHERE source = ? AND rubric_version = ?"
+        args: list = [src.id, version]
+        if iterations is not None:
+            sql += " AND iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(iterations))
+        existing = {r[0]: r[1] for r in self.conn.execute(sql, args)}
+        jobs = [(version, marker, x, record_json, existing.get(x.record.iteration)) for x, record_json in inputs]
         todo: list[Event] = []
-        for x in inputs:
-            digest = x.digest(f"{version}+marker" if marker else version)
-            prev = existing.get(x.record.iteration)
-            if prev == digest:
+        for (x, _), result in zip(inputs, pmap(_score_job, jobs)):
+            if result is None:
                 report.unchanged += 1
                 continue
-            s = score(self.rubric, x)
-            payload = self._payload(s, digest)
-            ev = Event("score.computed", f"{src.id}:score:{s.iteration}", src.id,
-                       f"score|{src.id}|{s.iteration}|{version}|{digest}|{prev or '-'}", payload,
-                       source_path=sidecars.iteration_sidecar_name(s.iteration))
-            ev.extra["sidecar_bytes"] = render_score_payload(payload)
+            payload, data = result
+            it = payload["iteration"]
+            prev = existing.get(it)
+            ev = Event("score.computed", f"{src.id}:score:{it}", src.id,
+                       f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
+                       source_path=sidecars.iteration_sidecar_name(it))
+            ev.extra["sidecar_bytes"] = data
             todo.append(ev)
         done = 0
         for chunk in _chunks(todo):
@@ -430,6 +458,43 @@ class Ledger:
                 if append(self.conn, ev):
                     Projector(self.conn).apply(ev)
         return report
+
+
+# -- pure jobs (run in worker processes for bulk work) --------------------------------
+def _observe_job(job: tuple) -> S.Observation | None:
+    return S.observe(*job)
+
+
+def _score_job(job: tuple) -> tuple[dict, bytes] | None:
+    """(payload, sidecar bytes) of one iteration, or None when its inputs did not change."""
+    version, marker, x, record_json, prev = job
+    digest = x.digest(f"{version}+marker" if marker else version, record_json)
+    if digest == prev:
+        return None
+    payload = score_payload(score(rubrics.load(version), x), digest, marker)
+    return payload, render_score_payload(payload)
+
+
+def score_payload(s: Score, digest: str, marker: bool) -> dict:
+    """The ``score.computed`` payload: the whole score, explainable, and what it came from."""
+    f = encode_float
+    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
+                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
+                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
+                 for r in s.breakdown]
+    integrity = [{"signal": p.signal, "role": p.role,
+                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
+                              "detail": p.claimed.detail},
+                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
+                               "detail": p.observed.detail},
+                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
+    return {
+        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
+        "scored": s.scored, "value": f(s.value), "band": s.band,
+        "breakdown": breakdown, "integrity": integrity,
+        "linked_traces": s.linked_traces, "marker": marker,
+        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+    }
 
 
 def _disk_sha(path: Path) -> str | None:

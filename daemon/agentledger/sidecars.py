@@ -9,15 +9,18 @@ and never follow a symlink at the target.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import stat
 import tempfile
 from collections.abc import Sequence
+from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 
-from .goyaml.emit import dump
+from .gofmt import format_float
+from .goyaml.emit import dump, format_scalar
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"
@@ -63,6 +66,51 @@ class BreakdownRow:
 
 def render_iteration(iteration: int, rubric_version: str, scored: bool, value: float, band: str,
                      breakdown: Sequence[BreakdownRow], linked_traces_marker: bool = False) -> bytes:
+    """``iter-N.score.yaml`` bytes (yaml.v3 layout: see ``goyaml.emit``; this is the
+    same emission unrolled for the one fixed shape, since every score pays for it)."""
+    s = format_scalar
+    out = [f"iteration: {iteration}\nrubric_version: {s(rubric_version, 0)}\nscored: {s(scored, 0)}\n"
+           f"value: {s(value, 0)}\nband: {s(band, 0)}\n"]
+    if not breakdown:
+        out.append("breakdown: []\n")
+    else:
+        out.append("breakdown:\n")
+        out += [_row.__wrapped__(r) if _negative_zero(r) else _row(r) for r in breakdown]
+    if linked_traces_marker:
+        out.append("linked_traces_to_outcomes: true\n")
+    return "".join(out).encode("utf-8")
+
+
+@lru_cache(maxsize=8192)
+def _row(r: BreakdownRow) -> str:
+    """One breakdown row; rows repeat a lot across iterations (same signal, detail, weights)."""
+    s, n = format_scalar, _number
+    text = (f"    - signal: {s(r.signal, 4)}\n      label: {s(r.label, 4)}\n"
+            f"      present: {'true' if r.present else 'false'}\n      sub_score: {n(r.sub_score)}\n")
+    if r.detail:
+        text += f"      detail: {s(r.detail, 4)}\n"
+    return text + (f"      nominal_weight: {n(r.nominal_weight)}\n"
+                   f"      effective_weight: {n(r.effective_weight)}\n"
+                   f"      contribution: {n(r.contribution)}\n")
+
+
+def _negative_zero(r: BreakdownRow) -> bool:
+    """-0.0 == 0.0, so a memoised row must not stand in for one that prints "-0"."""
+    return any(x == 0 and math.copysign(1.0, x) < 0
+               for x in (r.sub_score, r.nominal_weight, r.effective_weight, r.contribution))
+
+
+def _number(x: float) -> str:
+    text = format_float(x)
+    return _YAML_NONFINITE.get(text, text) if text[-1] in "Nf" else text
+
+
+_YAML_NONFINITE = {"NaN": ".nan", "+Inf": ".inf", "-Inf": "-.inf"}
+
+
+def render_iteration_generic(iteration: int, rubric_version: str, scored: bool, value: float, band: str,
+                             breakdown: Sequence[BreakdownRow], linked_traces_marker: bool = False) -> bytes:
+    """The same document through the generic emitter (tests check both agree)."""
     rows = []
     for r in breakdown:
         row: list[tuple[str, object]] = [("signal", r.signal), ("label", r.label),

@@ -77,18 +77,20 @@ CREATE TABLE record_files (
 CREATE INDEX record_files_by_iteration ON record_files (source, iteration);
 
 -- The effective record of each iteration (a dedicated file wins over
--- historical.yaml; between two dedicated files the later name wins).
+-- historical.yaml; between two dedicated files the later name wins). The
+-- record itself stays in record_files (file, ordinal); a few fields are
+-- copied out for queries.
 CREATE TABLE iterations (
     source         TEXT    NOT NULL,
     iteration      INTEGER NOT NULL,
     file           TEXT    NOT NULL,
+    ordinal        INTEGER NOT NULL,
     kind           TEXT    NOT NULL,
     schema_version INTEGER NOT NULL,
     date           TEXT    NOT NULL,
     task_id        TEXT    NOT NULL,
     commit_ref     TEXT    NOT NULL,
     session_id     TEXT    NOT NULL,
-    record         TEXT    NOT NULL CHECK (json_valid(record)),
     content_hash   TEXT    NOT NULL,
     seq            INTEGER NOT NULL,
     PRIMARY KEY (source, iteration)
@@ -131,7 +133,9 @@ CREATE TABLE artifacts (
     PRIMARY KEY (source, path)
 ) STRICT;
 
--- One row per (iteration, rubric version): the latest score under that version.
+-- One row per (iteration, rubric version): the latest score under that
+-- version. Its breakdown and integrity track stay in the score.computed
+-- event `seq` points at (see the score_details view).
 CREATE TABLE scores (
     source         TEXT    NOT NULL,
     iteration      INTEGER NOT NULL,
@@ -140,13 +144,23 @@ CREATE TABLE scores (
     value          REAL,
     band           TEXT    NOT NULL,
     inputs_hash    TEXT    NOT NULL,
-    breakdown      TEXT    NOT NULL CHECK (json_valid(breakdown)),
-    integrity      TEXT    NOT NULL CHECK (json_valid(integrity)),
     sidecar        TEXT    NOT NULL,
     sidecar_sha256 TEXT    NOT NULL,
     seq            INTEGER NOT NULL,
     PRIMARY KEY (source, iteration, rubric_version)
 ) STRICT;
+
+CREATE VIEW score_details AS
+SELECT s.source, s.iteration, s.rubric_version, s.scored, s.value, s.band, s.inputs_hash,
+       json_extract(e.payload, '$.breakdown') AS breakdown,
+       json_extract(e.payload, '$.integrity') AS integrity,
+       s.sidecar, s.sidecar_sha256, s.seq, e.recorded_at AS scored_at
+FROM scores s JOIN events e ON e.seq = s.seq;
+
+CREATE VIEW iteration_records AS
+SELECT i.source, i.iteration, i.file, i.kind, i.session_id, r.record
+FROM iterations i JOIN record_files r
+  ON r.source = i.source AND r.file = i.file AND r.ordinal = i.ordinal;
 
 CREATE TABLE sessions (
     source         TEXT    NOT NULL,

@@ -23,9 +23,17 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from . import resolve as R
 
 try:  # libyaml; the pure-Python loader is the fallback, never a requirement
-    from yaml import CSafeLoader as _Loader
+    from yaml import CSafeLoader as _Base
 except ImportError:  # pragma: no cover
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml import SafeLoader as _Base  # type: ignore[assignment]
+
+
+class _Loader(_Base):  # type: ignore[misc,valid-type]
+    """The composer asks a Python resolver for every scalar's tag; we resolve
+    scalars ourselves (yaml.v3 rules), so answer with one constant, cheaply."""
+
+    def resolve(self, kind, value, implicit):  # noqa: ANN001, ANN201
+        return "?"
 
 DEFAULT_NODE_BUDGET = 200_000
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
 STR, INT, FLOAT, BOOL, NULL, TIMESTAMP, MERGE = (
@@ -112,6 +113,7 @@ def parse_timestamp(text: str) -> datetime | None:
     return dt
 
 
+@lru_cache(maxsize=16384)
 def resolve_plain(text: str) -> tuple[str, object]:
     """The (tag, value) yaml.v3 gives an untagged plain scalar."""
     if not text:

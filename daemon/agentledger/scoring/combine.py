@@ -72,6 +72,9 @@ def combine(rubric: Rubric, values: dict[str, SignalValue]) -> tuple[bool, float
 def score(rubric: Rubric, x: ScoringInputs) -> Score:
     values = {sid: MEASURES[sid](x) for sid in rubric.ids}
     scored, value, band, rows = combine(rubric, values)
+    for sid in ("landed", "verifier", "tests"):  # the integrity track needs these in any rubric
+        if sid not in values:
+            values[sid] = MEASURES[sid](x)
     return Score(
         iteration=x.record.iteration,
         rubric_version=rubric.version,
@@ -79,7 +82,7 @@ def score(rubric: Rubric, x: ScoringInputs) -> Score:
         value=value,
         band=band,
         breakdown=rows,
-        integrity=integrity(x),
+        integrity=integrity(x, values),
         linked_traces=any(v.linked_traces for v in x.record.verifiers),
     )
 
@@ -115,13 +118,14 @@ def diligence_claimed(r: Record) -> SignalValue:
     return present(1.0, "linked traces recorded") if linked else present(0.0, "no linked traces recorded")
 
 
-def integrity(x: ScoringInputs) -> tuple[IntegrityPair, ...]:
+def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None) -> tuple[IntegrityPair, ...]:
     r = x.record
-    verifier_v = MEASURES["verifier"](x)
+    v = values or {}
+    verifier_v = v.get("verifier") or MEASURES["verifier"](x)
     pairs = (
-        ("landed", "impl", landed_claimed(r), MEASURES["landed"](x)),
+        ("landed", "impl", landed_claimed(r), v.get("landed") or MEASURES["landed"](x)),
         ("verifier", "verifier", diligence_claimed(r), verifier_v),
-        ("tests", "impl", MEASURES["tests"](x), verifier_v),
+        ("tests", "impl", v.get("tests") or MEASURES["tests"](x), verifier_v),
         ("scope", "impl", scope_self_reported(x), scope_objective(x)),
     )
     out = []

@@ -44,11 +44,25 @@ class ScoringInputs:
     commit_time: str | None = None  # ISO-8601 UTC, None when unresolvable
     tool_error_rate: float | None = None  # from transcripts (later issue)
 
-    def digest(self, rubric_version: str) -> str:
-        blob = json.dumps(
-            {"rubric": rubric_version, "scorer": SCORER_REVISION, "inputs": to_jsonable(self)},
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    def digest(self, rubric_version: str, record_json: str | None = None) -> str:
+        """sha256 over everything the score depends on.
+
+        ``record_json``: the record's stored JSON text, when the caller has it
+        (saves re-serialising the record; it is the same JSON ``to_jsonable`` gives)."""
+        h = hashlib.sha256()
+        if record_json is None:
+            record_json = _dump(to_jsonable(self.record))
+        for part in (
+            rubric_version, str(SCORER_REVISION), self.trunk, record_json,
+            _dump(to_jsonable(self.hook)), _dump(to_jsonable(self.labels)),
+            _dump(to_jsonable(self.verifier_artifacts)), _dump(to_jsonable(self.review_artifact)),
+            _dump(to_jsonable(self.landed)), _dump(self.write_scope), _dump(self.changed_files),
+            _dump(self.commit_time), _dump(self.tool_error_rate),
+        ):
+            h.update(part.encode("utf-8"))
+            h.update(b"\x00")
+        return "sha256:" + h.hexdigest()
+
+
+def _dump(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -163,7 +163,11 @@ def observe(src: IterationLogSource, cand: Candidate, checkpoint: dict | None,
     else:
         try:
             with open(cand.abs, "rb") as fh:
-                data = fh.read(limits.max_file_bytes + 1)
+                # Size the read from stat (a read(limit) would allocate the whole
+                # limit each time); a file that grew meanwhile is read on, to the limit.
+                data = fh.read(st.st_size + 1) if st is not None else b""
+                if st is None or len(data) > st.st_size:
+                    data += fh.read(limits.max_file_bytes + 1 - len(data))
             if len(data) > limits.max_file_bytes:
                 data, reason = None, f"file grew over the max_file_bytes limit ({limits.max_file_bytes}); not read"
         except OSError as exc:

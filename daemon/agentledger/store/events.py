@@ -35,8 +35,9 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def canonical_json(payload: Any) -> str:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    """Compact JSON. Payload dicts are built in a fixed key order (dataclass field
+    order), so equal payloads serialise to equal text without sorting."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def content_hash(data: bytes) -> str:
@@ -67,7 +68,8 @@ class Event:
         if not self.schema_version:
             self.schema_version = CURRENT[self.type]
         if not self.content_hash:
-            self.content_hash = content_hash(canonical_json(self.payload).encode("utf-8"))
+            self.extra["json"] = canonical_json(self.payload)
+            self.content_hash = content_hash(self.extra["json"].encode("utf-8"))
 
 
 def append(conn: sqlite3.Connection, event: Event) -> bool:
@@ -83,7 +85,7 @@ def append(conn: sqlite3.Connection, event: Event) -> bool:
         " VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (idempotency_key) DO NOTHING",
         (event.stream, event.type, event.schema_version, event.idempotency_key,
          event.content_hash, event.occurred_at, event.recorded_at, event.source,
-         event.source_path, event.source_position, canonical_json(event.payload)),
+         event.source_path, event.source_position, event.extra.get("json") or canonical_json(event.payload)),
     )
     if cur.rowcount != 1:
         return False

@@ -97,45 +97,45 @@ class Projector:
     def _refresh_iteration(self, source: str, iteration: int) -> None:
         """Re-derive the effective record of one iteration from record_files."""
         self._mark_sessions_of(source, iteration)
-        row = self.conn.execute(
-            "SELECT * FROM record_files WHERE source = ? AND iteration = ?"
+        self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
+        self.conn.execute(
+            "INSERT INTO iterations (source, iteration, file, ordinal, kind, schema_version, date, task_id,"
+            " commit_ref, session_id, content_hash, seq)"
+            " SELECT source, iteration, file, ordinal, kind, json_extract(record, '$.schema_version'),"
+            " json_extract(record, '$.date'), json_extract(record, '$.task_id'),"
+            " json_extract(record, '$.commit'), json_extract(record, '$.agent.session_id'),"
+            " content_hash, seq FROM record_files WHERE source = ? AND iteration = ?"
             " ORDER BY kind = 'dedicated' DESC, CASE WHEN kind = 'dedicated' THEN file END DESC,"
             " ordinal DESC LIMIT 1",
             (source, iteration),
-        ).fetchone()
-        if row is None:
-            self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
-            return
-        rec = json.loads(row["record"])
-        self.conn.execute(
-            "INSERT OR REPLACE INTO iterations (source, iteration, file, kind, schema_version, date,"
-            " task_id, commit_ref, session_id, record, content_hash, seq)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (source, iteration, row["file"], row["kind"], rec["schema_version"], rec["date"],
-             rec["task_id"], rec["commit"], rec["agent"]["session_id"], row["record"],
-             row["content_hash"], row["seq"]),
         )
         self._mark_sessions_of(source, iteration)
 
-    def _replace_records(self, ev: Event, file: str, kind: str, records: list[dict[str, Any]]) -> None:
+    def _replace_records(self, ev: Event, file: str, kind: str, path: str | None, count: int,
+                         iterations: list[int]) -> None:
+        """Replace the records ``file`` carries with those at ``path`` of the event's
+        stored payload (cut out by SQLite: no re-serialisation)."""
         before = self._iterations_of_file(ev.source, file)
         self.conn.execute("DELETE FROM record_files WHERE source = ? AND file = ?", (ev.source, file))
-        self.conn.executemany(
-            "INSERT INTO record_files (source, file, ordinal, iteration, kind, record, content_hash, seq)"
-            " VALUES (?,?,?,?,?,?,?,?)",
-            [(ev.source, file, i, rec["iteration"], kind, canonical_json(rec), ev.content_hash, ev.seq)
-             for i, rec in enumerate(records)],
-        )
-        for iteration in sorted(before | {rec["iteration"] for rec in records}):
+        if path is not None:
+            self.conn.executemany(
+                "INSERT INTO record_files (source, file, ordinal, iteration, kind, record, content_hash, seq)"
+                " SELECT ?, ?, ?, ?, ?, json_extract(payload, ?), ?, ? FROM events WHERE seq = ?",
+                [(ev.source, file, i, iterations[i], kind, path.format(i=i), ev.content_hash, ev.seq, ev.seq)
+                 for i in range(count)],
+            )
+        for iteration in sorted(before | set(iterations)):
             self._refresh_iteration(ev.source, iteration)
 
     # -- handlers -----------------------------------------------------------------
     def _iteration_recorded(self, ev: Event, p: dict[str, Any]) -> None:
-        self._replace_records(ev, p["file"], "dedicated", [p["record"]])
+        self._replace_records(ev, p["file"], "dedicated", "$.record", 1, [p["record"]["iteration"]])
         self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
 
     def _historical_recorded(self, ev: Event, p: dict[str, Any]) -> None:
-        self._replace_records(ev, p["file"], "historical", p["records"])
+        recs = p["records"]
+        self._replace_records(ev, p["file"], "historical", "$.records[{i}]", len(recs),
+                              [r["iteration"] for r in recs])
         self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
 
     def _hook_outcomes_recorded(self, ev: Event, p: dict[str, Any]) -> None:
@@ -171,7 +171,7 @@ class Projector:
     def _file_removed(self, ev: Event, p: dict[str, Any]) -> None:
         path, kind = p["file"], p["kind"]
         if kind in ("record", "historical"):
-            self._replace_records(ev, path, "dedicated", [])
+            self._replace_records(ev, path, "dedicated", None, 0, [])
         elif kind == "hook_outcomes":
             self.conn.execute("DELETE FROM hook_outcomes WHERE source = ? AND file = ?", (ev.source, path))
         elif kind == "labels":
@@ -210,11 +210,9 @@ class Projector:
         value = decode_float(p["value"])
         self.conn.execute(
             "INSERT OR REPLACE INTO scores (source, iteration, rubric_version, scored, value, band,"
-            " inputs_hash, breakdown, integrity, sidecar, sidecar_sha256, seq)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " inputs_hash, sidecar, sidecar_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), _real(value), p["band"],
-             p["inputs_hash"], canonical_json(p["breakdown"]), canonical_json(p["integrity"]),
-             p["sidecar"], sidecars.sha256(data), ev.seq),
+             p["inputs_hash"], p["sidecar"], sidecars.sha256(data), ev.seq),
         )
         self._mark_sessions_of(ev.source, p["iteration"])
 

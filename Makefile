@@ -1,0 +1,37 @@
+# agentledger — `make demo` and `make test` do all set-up themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test bench clean
+
+# Create the virtualenv and install the project with its test extras. On a
+# fresh Debian, `python3 -m venv` needs the python3-venv package: install it
+# when we can (root with apt-get), otherwise say what is missing.
+$(STAMP): pyproject.toml
+	@if ! $(PYTHON) -m venv --help >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip' >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq python3-venv git >/dev/null; \
+	  else echo "make: need python3-venv and git (apt-get install python3-venv git)" >&2; exit 1; fi; fi
+	@command -v git >/dev/null || { echo "make: git is required" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Generate an example iteration log with a git repository, ingest it, close a
+# few iterations as the close-task hook would, bump the rubric, query the ledger.
+demo: $(STAMP)
+	$(BIN)/python -m agentledger.demo --out demo-out
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_iterlog.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache .hypothesis
