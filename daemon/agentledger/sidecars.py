@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gofmt import format_float
+from .scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
 from .goyaml.emit import dump, format_scalar
 
 TEMP_PREFIX = ".agentledger-"
@@ -50,18 +51,6 @@ def unsafe_session_id(session_id: str) -> str | None:
     if len(session_sidecar_name(session_id).encode("utf-8")) > _NAME_MAX:
         return f"makes a file name longer than {_NAME_MAX} bytes"
     return None
-
-
-@dataclass(frozen=True)
-class BreakdownRow:
-    signal: str
-    label: str
-    present: bool
-    sub_score: float
-    detail: str
-    nominal_weight: float
-    effective_weight: float
-    contribution: float
 
 
 def render_iteration(iteration: int, rubric_version: str, scored: bool, value: float, band: str,

@@ -138,25 +138,22 @@ class Projector:
                               [r["iteration"] for r in recs])
         self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
 
-    def _hook_outcomes_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+    def _side_file(self, table: str, count_key: str, ev: Event, p: dict[str, Any]) -> None:
+        """hook_outcomes / labels: one row per iteration, the parsed outcome or its error."""
         o = p["outcome"]
         self.conn.execute(
-            "INSERT OR REPLACE INTO hook_outcomes (source, iteration, file, outcome, records, error,"
+            f"INSERT OR REPLACE INTO {table} (source, iteration, file, outcome, {count_key}, error,"
             " content_hash, seq) VALUES (?,?,?,?,?,?,?,?)",
-            (ev.source, p["iteration"], p["file"], canonical_json(o), len(o["records"]), o["error"],
+            (ev.source, p["iteration"], p["file"], canonical_json(o), len(o[count_key]), o["error"],
              ev.content_hash, ev.seq),
         )
         self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
 
+    def _hook_outcomes_recorded(self, ev: Event, p: dict[str, Any]) -> None:
+        self._side_file("hook_outcomes", "records", ev, p)
+
     def _labels_recorded(self, ev: Event, p: dict[str, Any]) -> None:
-        o = p["outcome"]
-        self.conn.execute(
-            "INSERT OR REPLACE INTO labels (source, iteration, file, outcome, labels, error,"
-            " content_hash, seq) VALUES (?,?,?,?,?,?,?,?)",
-            (ev.source, p["iteration"], p["file"], canonical_json(o), len(o["labels"]), o["error"],
-             ev.content_hash, ev.seq),
-        )
-        self._resolve_quarantine(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+        self._side_file("labels", "labels", ev, p)
 
     def _artifact_recorded(self, ev: Event, p: dict[str, Any]) -> None:
         a = p["artifact"]

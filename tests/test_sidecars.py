@@ -1,0 +1,51 @@
+"""The atomic sidecar writer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agentledger.sidecars import SidecarRefused, is_temp_name, unsafe_session_id, write_atomic
+
+
+def test_write_skip_replace(tmp_path: Path) -> None:
+    p = tmp_path / "iter-1.score.yaml"
+    assert write_atomic(p, b"a\n") is True
+    inode = p.stat().st_ino
+    assert write_atomic(p, b"a\n") is False and p.stat().st_ino == inode  # same bytes: untouched
+    assert write_atomic(p, b"b\n", durable=False) is True and p.read_bytes() == b"b\n"
+    assert p.stat().st_ino != inode  # replaced by rename, never rewritten in place
+    assert oct(p.stat().st_mode & 0o777) == "0o644"
+    assert [q.name for q in tmp_path.iterdir()] == ["iter-1.score.yaml"]  # no temp file left
+
+
+def test_symlink_target_is_refused_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    link = tmp_path / "log" / "iter-1.score.yaml"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    with pytest.raises(SidecarRefused):
+        write_atomic(link, b"score\n")
+    assert outside.read_text() == "keep me" and link.is_symlink()
+
+
+def test_failed_write_leaves_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "iter-1.score.yaml", b"x\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_session_id_safety_and_temp_names() -> None:
+    assert unsafe_session_id("0bff2f58-962f-4852-abaf-38cd6151218e") is None
+    assert unsafe_session_id("sess-abc") is None
+    for bad in ("../../etc/x", "a/b", "..", "a\\b", "x\ny", "", "z" * 300):
+        assert unsafe_session_id(bad), bad
+    assert is_temp_name(".agentledger-abc.tmp") and is_temp_name(".fsops-1.tmp")
+    assert is_temp_name("iter-3.hook-outcomes.yaml.tmp") and not is_temp_name("iter-3.yaml")
