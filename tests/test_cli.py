@@ -183,3 +183,19 @@ def test_python_m_and_console_script(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("agentledger ")
     proc = cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite"))
     assert proc.returncode == 0 and json.loads(proc.stdout)["events"] == 0
+
+
+def test_score_path_imports_stay_lean(tmp_path: Path, empty_repo) -> None:
+    """The close-task hook must not pay for the daemon's libraries (`python -X importtime`)."""
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text("schema_version: 1\niteration: 1\nscope_note: on-target\n")
+    args = ["score", "1", *adhoc(log, empty_repo.path, tmp_path / "l.sqlite")]
+    assert cli_subprocess(*args).returncode == 0  # first run creates and migrates the ledger
+    proc = cli_subprocess(*args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "agentledger" in imported and "yaml" in imported
+    heavy = imported & {"pydantic", "structlog", "sqlite_utils", "click", "rich", "watchfiles", "apscheduler"}
+    assert not heavy, f"score path imports {sorted(heavy)}"

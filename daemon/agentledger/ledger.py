@@ -36,11 +36,11 @@ from .scoring.inputs import ScoringInputs
 from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
-from .store.events import Event, append, upcast
+from .store.events import Event, append, canonical_json, content_hash, upcast
 from .store.projections import Projector, render_score_payload, session_document
 
 log = logging.getLogger("agentledger")
-BATCH = 500
+BATCH = 1000
 AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
 Progress = Callable[[int, int], None]
 
@@ -323,31 +323,43 @@ class Ledger:
             if result is None:
                 report.unchanged += 1
                 continue
-            payload, data = result
+            payload, payload_json, payload_hash, data, data_sha = result
             it = payload["iteration"]
             prev = existing.get(it)
             ev = Event("score.computed", f"{src.id}:score:{it}", src.id,
                        f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
-                       source_path=sidecars.iteration_sidecar_name(it))
-            ev.extra["sidecar_bytes"] = data
+                       content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
+                       extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha})
             todo.append(ev)
         done = 0
-        for chunk in _chunks(todo):
-            with store.write_transaction(self.conn):
-                projector = Projector(self.conn)
-                for ev in chunk:
-                    if append(self.conn, ev):
-                        projector.apply(ev)
-                        report.events += 1
-                        report.scored += 1
-                projector.flush()
-            fsync = self._fsync(len(todo))
-            for ev in chunk:
-                path = src.path / ev.payload["sidecar"]
-                report.sidecars_written += self._write(path, ev.extra["sidecar_bytes"], report, fsync)
-            done += len(chunk)
-            if progress:
-                progress(done, len(todo))
+        fsync = self._fsync(len(todo))
+        writer = sidecars.BackgroundWriter() if len(todo) > AUTO_FSYNC_MAX else None
+        try:
+            for chunk in _chunks(todo):
+                with store.write_transaction(self.conn):
+                    projector = Projector(self.conn)
+                    for ev in chunk:
+                        if append(self.conn, ev):
+                            projector.apply(ev)
+                            report.events += 1
+                            report.scored += 1
+                    projector.flush()
+                for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
+                    path = src.path / ev.payload["sidecar"]
+                    if writer is not None:
+                        writer.submit(path, ev.extra["sidecar_bytes"], fsync)
+                    else:
+                        report.sidecars_written += self._write(path, ev.extra["sidecar_bytes"], report, fsync)
+                done += len(chunk)
+                if progress:
+                    progress(done, len(todo))
+        finally:
+            if writer is not None:
+                writer.close()
+                report.sidecars_written += writer.written
+                for err in writer.errors:
+                    log.error(err)
+                report.errors += writer.errors
         report.add(self.sync_sidecars(src, iterations, iterations_too=False))
         return report
 
@@ -465,14 +477,17 @@ def _observe_job(job: tuple) -> S.Observation | None:
     return S.observe(*job)
 
 
-def _score_job(job: tuple) -> tuple[dict, bytes] | None:
-    """(payload, sidecar bytes) of one iteration, or None when its inputs did not change."""
+def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
+    """Everything the ``score.computed`` event and its sidecar need, serialised here
+    (in a worker, for bulk work), or None when the iteration's inputs did not change."""
     version, marker, x, record_json, prev = job
     digest = x.digest(f"{version}+marker" if marker else version, record_json)
     if digest == prev:
         return None
     payload = score_payload(score(rubrics.load(version), x), digest, marker)
-    return payload, render_score_payload(payload)
+    text = canonical_json(payload)
+    data = render_score_payload(payload)
+    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)
 
 
 def score_payload(s: Score, digest: str, marker: bool) -> dict:

@@ -211,3 +211,42 @@ def is_temp_name(name: str) -> bool:
         or (name.startswith(".score-") and name.endswith(".yaml.tmp"))
         or name.endswith(".yaml.tmp")
     )
+
+
+class BackgroundWriter:
+    """Writes sidecars on a thread while the caller goes on scoring and committing.
+
+    A rename over an existing file costs ~0.15-0.3 ms of kernel time on ext4
+    (it flushes the new file's blocks); that time releases the GIL, so a bulk
+    rewrite overlaps it with CPU work instead of paying it serially. Sidecars
+    are derived state: if the process dies with writes queued, the next run
+    finds their bytes differ from the ledger and writes them then."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._queue: queue.Queue = queue.Queue(maxsize=4096)
+        self.written = 0
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="agentledger-sidecars", daemon=True)
+        self._thread.start()
+
+    def submit(self, path: Path, data: bytes, durable: bool) -> None:
+        self._queue.put((path, data, durable))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            path, data, durable = item
+            try:
+                self.written += write_atomic(path, data, durable=durable)
+            except OSError as exc:
+                self.errors.append(f"cannot write {path}: {exc}")
+
+    def close(self) -> None:
+        """Wait until every submitted sidecar is written."""
+        self._queue.put(None)
+        self._thread.join()

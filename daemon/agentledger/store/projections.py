@@ -203,13 +203,13 @@ class Projector:
         self.conn.execute("INSERT OR REPLACE INTO ledger_state (key, value) VALUES (?, ?)", (key, value))
 
     def _score_computed(self, ev: Event, p: dict[str, Any]) -> None:
-        data = ev.extra.get("sidecar_bytes") or render_score_payload(p)
+        sha = ev.extra.get("sidecar_sha256") or sidecars.sha256(ev.extra.get("sidecar_bytes") or render_score_payload(p))
         value = decode_float(p["value"])
         self.conn.execute(
             "INSERT OR REPLACE INTO scores (source, iteration, rubric_version, scored, value, band,"
             " inputs_hash, sidecar, sidecar_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), _real(value), p["band"],
-             p["inputs_hash"], p["sidecar"], sidecars.sha256(data), ev.seq),
+             p["inputs_hash"], p["sidecar"], sha, ev.seq),
         )
         self._mark_sessions_of(ev.source, p["iteration"])
 
