@@ -199,3 +199,21 @@ def test_score_path_imports_stay_lean(tmp_path: Path, empty_repo) -> None:
     assert "agentledger" in imported and "yaml" in imported
     heavy = imported & {"pydantic", "structlog", "sqlite_utils", "click", "rich", "watchfiles", "apscheduler"}
     assert not heavy, f"score path imports {sorted(heavy)}"
+
+
+def test_nan_cache_hit_rate_scores_and_prints(tmp_path: Path, make_repo) -> None:
+    """A `.nan` in a record flows through scoring, the ledger (JSON has no NaN) and the sidecar."""
+    repo = make_repo()
+    sha = repo.commit("one", {"a": "1"})
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(f"schema_version: 2\niteration: 1\ncommit: {sha}\n"
+                                     "session_tokens:\n  cache_hit_rate: .nan\n")
+    args = adhoc(log, repo.path, tmp_path / "l.sqlite")
+    code, out, err = run_cli("score", "1", *args)
+    assert code == 0, err
+    assert "native session_tokens: cache_hit_rate NaN" in out
+    text = (log / "iter-1.score.yaml").read_text()
+    assert "sub_score: .nan" in text and "value: .nan" in text and "band: poor" in text
+    code, out, _ = run_cli("rebuild", *args)
+    assert code == 0 and (log / "iter-1.score.yaml").read_text() == text

@@ -239,20 +239,19 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def _print_breakdown(r: dict) -> None:
-    from .gofmt import format_float
+    from .model import decode_float
 
-    value = "unscored" if not r["scored"] else f"{r['score_value']:.4f}"
+    value = "unscored" if not r["scored"] else f"{decode_float(r['score_value'] if r['score_value'] is not None else 'NaN'):.4f}"
     print(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")
     print(f"  sidecar: {r['sidecar_path']}" + ("" if r["sidecar_written"] else " (unchanged)"))
     if r["session_sidecar_path"]:
         print(f"  session: {r['session_sidecar_path']}")
     print(f"  {'signal':<20} {'weight':>6} {'score':>6} {'share':>6}  detail")
     for row in r["breakdown"]:
-        sub = format_float(row["sub_score"]) if row["present"] else "-"
-        sub = f"{row['sub_score']:.3f}" if row["present"] and isinstance(row["sub_score"], float) else sub
-        share = f"{row['contribution']:.3f}" if row["present"] else "-"
+        sub = f"{decode_float(row['sub_score']):.3f}" if row["present"] else "-"
+        share = f"{decode_float(row['contribution']):.3f}" if row["present"] else "-"
         detail = row["detail"].replace("\n", " / ")
-        print(f"  {row['signal']:<20} {row['nominal_weight']:>6} {sub:>6} {share:>6}  {detail}")
+        print(f"  {row['signal']:<20} {decode_float(row['nominal_weight']):>6g} {sub:>6} {share:>6}  {detail}")
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
