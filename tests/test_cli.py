@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, need_fixtures, run_cli
 
 
@@ -217,3 +219,23 @@ def test_nan_cache_hit_rate_scores_and_prints(tmp_path: Path, make_repo) -> None
     assert "sub_score: .nan" in text and "value: .nan" in text and "band: poor" in text
     code, out, _ = run_cli("rebuild", *args)
     assert code == 0 and (log / "iter-1.score.yaml").read_text() == text
+
+
+@pytest.mark.parametrize("name,quarantined,scored", [
+    ("iterlog_badfile", {"iter-9.yaml"}, 0),
+    ("iterlog_badhist", {"historical.yaml"}, 0),
+    ("iterlog_histdir", {"historical.yaml"}, 0),
+    ("iterlog_unreadable", {"iter-9.yaml"}, 0),
+    ("iterlog", set(), 3),
+])
+def test_fixture_directories_as_shipped(tmp_path: Path, empty_repo, name: str, quarantined: set, scored: int) -> None:
+    """The reference stops at the first bad file; we quarantine it and carry on."""
+    need_fixtures()
+    log = tmp_path / name
+    shutil.copytree(TESTDATA / name, log)
+    args = adhoc(log, empty_repo.path, tmp_path / "l.sqlite")
+    code, out, err = run_cli("ingest", "--once", "--json", *args)
+    assert code == 0, err
+    assert json.loads(out)["scored"] == scored
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    assert {q["path"] for q in json.loads(out)} == quarantined

@@ -87,15 +87,17 @@ def main() -> None:
                 "FROM score_details, json_each(score_details.breakdown) AS r "
                 "WHERE json_extract(r.value, '$.present') GROUP BY signal ORDER BY mean_sub_score", cfg=cfg)
 
-    step("Bump the rubric: every iteration is rescored under 3.0.0 from the ledger (no re-parse)")
-    agentledger("backfill", "--rubric", "3.0.0", cfg=cfg)
+    step("Bump the rubric in the config: every iteration is rescored under 3.0.0 from the ledger (no re-parse)")
+    cfg.write_text(cfg.read_text().replace('rubric = "2.1.0"', 'rubric = "3.0.0"'))
+    print(f"$ sed -i 's/rubric = \"2.1.0\"/rubric = \"3.0.0\"/' {cfg}")
+    agentledger("backfill", cfg=cfg)
     head = (gen.log / "iter-1.score.yaml").read_text().splitlines()[:5]
     print(f"$ head -5 {gen.log / 'iter-1.score.yaml'}\n" + "\n".join("  " + h for h in head))
     agentledger("query", "SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC", cfg=cfg)
 
     step("Rebuild every projection from the events: sidecars come out byte-identical")
     before = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
-    agentledger("rebuild", "--rubric", "3.0.0", cfg=cfg)
+    agentledger("rebuild", cfg=cfg)
     after = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
     print(f"  {len(after)} sidecars, {sum(before[k] != after.get(k) for k in before)} changed")
     print(f"\nDone. Everything is under {out}; try: agentledger status --config {cfg}")
