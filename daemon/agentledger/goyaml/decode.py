@@ -194,13 +194,12 @@ class Decoder:
             if R.INT64_MIN <= value <= R.INT64_MAX:
                 return value
         elif tag == R.FLOAT and isinstance(value, float):
+            # yaml.v3 accepts any float <= MaxInt64 (so not NaN or +Inf) and converts
+            # it like amd64 does: out of range (incl. -Inf) gives the minimum int64.
             if not math.isnan(value) and value <= float(R.INT64_MAX):
-                if value == math.inf:  # pragma: no cover - excluded by the test above
-                    pass
-                elif value < -(2.0**63) or value >= 2.0**63:
-                    return R.INT64_MIN  # amd64 conversion of an out-of-range float
-                else:
-                    return int(value)  # truncation toward zero
+                if value < -(2.0**63) or value >= 2.0**63:
+                    return R.INT64_MIN
+                return int(value)  # truncation toward zero
         self.type_error(node, gotype)
         return 0
 

@@ -15,15 +15,7 @@ import re
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
-STR, INT, FLOAT, BOOL, NULL, TIMESTAMP, MERGE = (
-    "!!str",
-    "!!int",
-    "!!float",
-    "!!bool",
-    "!!null",
-    "!!timestamp",
-    "!!merge",
-)
+STR, INT, FLOAT, BOOL, NULL, TIMESTAMP = "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"
 
 _MAP: dict[str, tuple[str, object]] = {}
 for _words, _tag, _val in (

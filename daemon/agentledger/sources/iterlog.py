@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import IterationLogSource
-from ..goyaml.decode import FatalDecode, YamlError
+from ..goyaml.decode import YamlError
 from ..gofmt import go_quote
 from ..model import HookOutcomes, Labels, to_jsonable
 from ..sidecars import is_temp_name, unsafe_session_id
@@ -264,8 +264,6 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
                                      {"path": c.rel, "artifact": to_jsonable(art)}))
     except YamlError as exc:
         obs.events.append(quarantine_event(src, obs, exc.message, line=exc.line, column=exc.column))
-    except FatalDecode as exc:  # pragma: no cover - FatalDecode is a YamlError
-        obs.events.append(quarantine_event(src, obs, exc.message, line=exc.line))
     except RecursionError:
         obs.events.append(quarantine_event(src, obs, "document nests too deeply"))
     except Exception as exc:  # noqa: BLE001 - a parser bug must not stop ingestion

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ..goyaml.decode import Decoder, FatalDecode, YamlError, load_document
+from ..goyaml.decode import Decoder, YamlError, load_document
 from ..model import HookOutcomes, HookRecord, Judgement, Label, Labels
 
 _HOOK_FIELDS = ("intervention_class", "result", "rule_id", "correlation_id")
@@ -152,5 +152,3 @@ def _validate(file_iter: int, file_schema: str, labels: list[dict]) -> str:
         seen.add(lb["id"])
     return ""
 
-
-__all__ = ["parse_hook_outcomes", "parse_labels", "FatalDecode"]
