@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentledger.gofmt import fixed, format_float, go_quote, short
 from agentledger.goyaml.decode import Decoder, FatalDecode, YamlError, load_document
@@ -115,3 +117,36 @@ def test_historical_entries_and_alias_bomb() -> None:
             f"v: &v {{status: pass, tests_added_by_kind: *k}}\nverifiers: [{verifiers}]\n")
     with pytest.raises(FatalDecode, match="expands too many aliases"):
         parse_record(bomb)
+
+
+def test_deep_nesting_is_refused_not_a_crash() -> None:
+    """40,000 nested brackets (80 KB) used to SIGSEGV the process inside libyaml's composer."""
+    for text in ("v: " + "[" * 40000 + "]" * 40000, "v: " + "{a: " * 40000 + "}" * 40000,
+                 "a:\n" + " " * 5000 + "b: 1\n"):
+        with pytest.raises(YamlError, match="nesting deeper|indented deeper"):
+            parse_record("schema_version: 1\niteration: 1\n" + text)
+    # Ordinary brackets in large numbers are fine when they do not nest.
+    recs = parse_historical("iterations:\n" + "".join(f"  - {{iteration: {i}, scope_note: '[x]'}}\n" for i in range(3000)))
+    assert len(recs) == 3000
+
+
+_pieces = st.sampled_from(list("abc019 :-[]{},'\"#&*!|>~.\n\t") + [
+    "true", "null", ".nan", "schema_version: 2\n", "iteration: ", "verifiers:\n  - ", "records:\n",
+    "labels:\n", "  ", "&a ", "*a", "<<: ", "!!str "])
+yamlish = st.lists(_pieces, max_size=60).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(yamlish, st.text(max_size=200)))
+def test_parsers_never_raise_anything_but_yaml_errors(text: str) -> None:
+    from agentledger.sources.artifacts_parse import parse_artifact
+    from agentledger.sources.sidefiles_parse import parse_hook_outcomes, parse_labels
+
+    for fn in (parse_record, parse_historical, lambda t: parse_artifact("verifier_result", t),
+               lambda t: parse_artifact("review_decision", t), lambda t: parse_artifact("tasks", t)):
+        try:
+            fn(text)
+        except YamlError:
+            pass
+    parse_hook_outcomes(text)  # errors are values here
+    parse_labels(text, 1)

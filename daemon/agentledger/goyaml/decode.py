@@ -14,6 +14,7 @@ so an alias bomb ("billion laughs") fails fast instead of expanding.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -52,8 +53,38 @@ class FatalDecode(YamlError):
     """An error yaml.v3 raises at once instead of collecting (e.g. an unmarshaler error)."""
 
 
+MAX_FLOW_DEPTH = 1000
+MAX_INDENT = 4000
+_BRACKETS = re.compile(r"[\[\]{}]")
+_INDENT = re.compile(r"^ {%d,}" % (MAX_INDENT + 1), re.M)
+
+
+def check_nesting(text: str) -> None:
+    """Refuse documents nested deep enough to exhaust the C stack.
+
+    libyaml's composer recurses once per nesting level and crashes the whole
+    process (SIGSEGV) somewhere past ~20,000 levels of ``[``/``{``: a 40 KB
+    file. Real iteration logs nest fewer than ten levels."""
+    if text.count("[") + text.count("{") > MAX_FLOW_DEPTH:
+        depth = 0
+        for m in _BRACKETS.finditer(text):
+            if m.group() in "[{":
+                depth += 1
+                if depth > MAX_FLOW_DEPTH:
+                    line = text.count("\n", 0, m.start()) + 1
+                    raise YamlError(f"yaml: line {line}: nesting deeper than {MAX_FLOW_DEPTH} "
+                                    "levels; not parsed", line)
+            elif depth:
+                depth -= 1
+    m = _INDENT.search(text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        raise YamlError(f"yaml: line {line}: indented deeper than {MAX_INDENT} columns; not parsed", line)
+
+
 def compose_first(text: str) -> Node | None:
     """Compose only the first document (yaml.v3 Unmarshal never reads further)."""
+    check_nesting(text)
     loader = _Loader(text)
     try:
         if loader.check_node():
