@@ -32,6 +32,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repo", metavar="DIR", default=S, help="the git work tree of --iteration-log")
     g.add_argument("--trunk", metavar="NAME", default=S, help="trunk branch (default: master)")
     g.add_argument("--rubric", metavar="VERSION", default=S, help="rubric version to score with")
+    g.add_argument("--vally", metavar="DIR", action="append", default=S,
+                   help="a directory of vally results to use instead of the configured ones (repeatable)")
     g.add_argument("-q", "--quiet", action="store_true", default=S, help="print errors only")
 
 
@@ -73,6 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="include entries resolved by a later good version")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
+    p = cmd("trials", "List vally trials (filters combine).")
+    p.add_argument("--run", metavar="DIR", help="run directory (relative to its vally source), or a part of it")
+    p.add_argument("--eval", metavar="NAME", dest="eval_name", help="eval name")
+    p.add_argument("--model", metavar="MODEL")
+    p.add_argument("--variant", metavar="NAME")
+    p.add_argument("--status", metavar="STATUS", help="success | error | skipped")
+    p.add_argument("--failed", action="store_true", help="only trials that did not pass")
+    p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+    p = cmd("runs", "List vally runs with trial counts, pass counts and completeness.")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
     p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
     p.add_argument("sql")
     fmt = p.add_mutually_exclusive_group()
@@ -89,16 +104,16 @@ def _config(args: argparse.Namespace):
     return C.with_overrides(
         cfg, db=getattr(args, "db", None), rubric=getattr(args, "rubric", None),
         iteration_log=getattr(args, "iteration_log", None), repo=getattr(args, "repo", None),
-        trunk=getattr(args, "trunk", None))
+        trunk=getattr(args, "trunk", None), vally=getattr(args, "vally", None))
 
 
 def _ledger(args: argparse.Namespace, *, need_sources: bool = True):
     from .ledger import Ledger
 
     cfg = _config(args)
-    if need_sources and not cfg.iteration_logs:
-        raise UsageError("no iteration log configured: pass --iteration-log DIR --repo DIR, "
-                         "or add [[iteration_logs]] to the config file")
+    if need_sources and not (cfg.iteration_logs or cfg.vally):
+        raise UsageError("no source configured: pass --iteration-log DIR --repo DIR or --vally DIR, "
+                         "or add [[iteration_logs]] / [[vally]] to the config file")
     ledger = Ledger(cfg)
     ledger.register_sources()
     return ledger
@@ -151,6 +166,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 total.errors.append(f"{src.path}: iteration-log directory does not exist")
                 continue
             total.add(ledger.ingest(src))
+        for vsrc in ledger.cfg.vally:
+            total.add(ledger.ingest_vally(vsrc))
         bar, update = _progress()
         if bar:
             with bar:
@@ -173,6 +190,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def _pick_source(ledger, name: str | None):
     sources = ledger.cfg.iteration_logs
+    if not sources:
+        raise UsageError("score needs an iteration log: --iteration-log DIR --repo DIR, or [[iteration_logs]]")
     if name:
         for s in sources:
             if name in (s.name, str(s.path)):
@@ -397,11 +416,64 @@ def cmd_query(args: argparse.Namespace) -> int:
         w.writerow(columns)
         w.writerows(rows)
     else:
-        widths = [max([len(c)] + [len(_cell(r[i])) for r in rows]) for i, c in enumerate(columns)]
-        print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-        print("  ".join("-" * w for w in widths))
-        for r in rows:
-            print("  ".join(_cell(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+        _table([dict(zip(columns, r)) for r in rows], columns)
+    return EXIT_OK
+
+
+def _table(rows: list[dict], columns: list[str]) -> None:
+    widths = [max([len(c)] + [len(_cell(r[c])) for r in rows]) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(_cell(r[c]).ljust(w) for c, w in zip(columns, widths)).rstrip())
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    _, conn = _ro(args)
+    where, params = [], []
+    for col, val in (("eval_name", args.eval_name), ("model", args.model), ("variant", args.variant),
+                     ("status", args.status)):
+        if val:
+            where.append(f"{col} = ?")
+            params.append(val)
+    if args.run:
+        where.append("instr(run_dir, ?) > 0")
+        params.append(args.run)
+    if args.failed:
+        where.append("passed = 0")
+    sql = ("SELECT run_dir, eval_name, stimulus, model, variant, trial_index, status, passed, grade_score,"
+           " duration_ms, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, tool_calls,"
+           " tool_errors, turns, item_id, raw_path, raw_offset, raw_length FROM trials")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY run_dir, eval_name, stimulus, model, trial_index"
+    if args.limit:
+        sql += f" LIMIT {int(args.limit)}"
+    rows = [dict(r) for r in conn.execute(sql, params)]
+    conn.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no trials")
+    else:
+        _table(rows, ["run_dir", "eval_name", "model", "variant", "trial_index", "status", "passed",
+                      "grade_score", "duration_ms", "input_tokens", "tool_errors"])
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    _, conn = _ro(args)
+    rows = [dict(r) for r in conn.execute(
+        "SELECT r.source, r.run_dir, r.run_id, r.kind, r.experiment, r.variant, r.trials, r.passed, r.errors,"
+        " r.complete, round(1.0 * r.passed / nullif(r.trials, 0), 4) AS pass_rate FROM runs r"
+        " ORDER BY r.source, r.run_dir")]
+    conn.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no runs")
+    else:
+        _table(rows, ["run_dir", "kind", "variant", "trials", "passed", "errors", "pass_rate", "complete"])
     return EXIT_OK
 
 
@@ -412,6 +484,7 @@ def _cell(v) -> str:
 COMMANDS = {
     "ingest": cmd_ingest, "score": cmd_score, "backfill": cmd_backfill, "rebuild": cmd_rebuild,
     "status": cmd_status, "quarantine": cmd_quarantine, "query": cmd_query,
+    "trials": cmd_trials, "runs": cmd_runs,
 }
 
 

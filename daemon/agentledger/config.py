@@ -46,6 +46,22 @@ class IterationLogSource:
 
 
 @dataclass(frozen=True)
+class VallySource:
+    """A directory tree of vally eval/experiment output (results.jsonl, run-summary.jsonl)."""
+
+    path: Path
+    name: str = ""
+
+    @property
+    def id(self) -> str:
+        return str(self.path)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.path)
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: Path = field(default_factory=default_store_path)
     synchronous: str = "FULL"
@@ -70,6 +86,7 @@ class SidecarsConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_file_bytes: int = 8 * 1024 * 1024
+    max_line_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,6 +96,7 @@ class Config:
     sidecars: SidecarsConfig = field(default_factory=SidecarsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     iteration_logs: tuple[IterationLogSource, ...] = ()
+    vally: tuple[VallySource, ...] = ()
     origin: str = "defaults"
 
 
@@ -180,7 +198,7 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
         origin = str(path)
         base = path.resolve().parent
-    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally"})
     if unknown:
         raise ConfigError(f"{origin}: unknown section(s): {', '.join(unknown)}")
     parts: dict[str, Any] = {}
@@ -205,13 +223,24 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
             raise ConfigError("AGENTLEDGER_ITERATION_LOG needs AGENTLEDGER_REPO too")
         sources = (make_source(env["AGENTLEDGER_ITERATION_LOG"], env["AGENTLEDGER_REPO"],
                                env.get("AGENTLEDGER_TRUNK") or DEFAULT_TRUNK),)
-    return Config(iteration_logs=sources, origin=origin, **parts)
+    vally_items = data.get("vally", [])
+    if not isinstance(vally_items, list) or not all(isinstance(v, dict) for v in vally_items):
+        raise ConfigError(f"{origin}: vally must be an array of tables ([[vally]])")
+    vally = []
+    for item in vally_items:
+        unknown = sorted(set(item) - {"path", "name"})
+        if unknown or not isinstance(item.get("path"), str) or not item["path"]:
+            raise ConfigError(f"{origin}: each [[vally]] needs path = \"…\" (and optionally name)")
+        vally.append(VallySource((base / os.path.expanduser(item["path"])).resolve(), item.get("name", "")))
+    return Config(iteration_logs=sources, vally=tuple(vally), origin=origin, **parts)
 
 
 def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = None,
                    iteration_log: str | None = None, repo: str | None = None,
-                   trunk: str | None = None) -> Config:
-    """Apply command-line flags (the last word)."""
+                   trunk: str | None = None, vally: list[str] | None = None) -> Config:
+    """Apply command-line flags (the last word). Ad-hoc sources replace configured ones."""
+    if vally:
+        cfg = replace(cfg, vally=tuple(VallySource(Path(os.path.expanduser(v)).resolve()) for v in vally))
     if db:
         cfg = replace(cfg, store=replace(cfg.store, path=Path(os.path.expanduser(db))))
     if rubric:

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import sidecars
-from .config import Config, IterationLogSource
+from .config import Config, IterationLogSource, VallySource
 from .git import GitRepo
 from .model import Artifact, HookOutcomes, Labels, Record, encode_float, from_jsonable
 from .parallel import pmap
@@ -90,17 +90,17 @@ class Ledger:
     # ------------------------------------------------------------------ sources
     def register_sources(self) -> None:
         """Note the configured sources in the ledger (only when something changed)."""
-        known = {(r[0], r[1], r[2], r[3]) for r in self.conn.execute("SELECT source, root, repo, trunk FROM sources")}
-        todo = [s for s in self.cfg.iteration_logs if (s.id, str(s.path), str(s.repo), s.trunk) not in known]
+        known = {tuple(r) for r in self.conn.execute("SELECT source, kind, root, repo, trunk FROM sources")}
+        rows = [(s.id, "iteration_log", str(s.path), str(s.repo), s.trunk) for s in self.cfg.iteration_logs]
+        rows += [(s.id, "vally", str(s.path), None, None) for s in self.cfg.vally]
+        todo = [r for r in rows if r not in known]
         if not todo:
             return
         now = datetime.now(timezone.utc).isoformat()
         with store.write_transaction(self.conn):
-            for src in todo:
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at)"
-                    " VALUES (?, 'iteration_log', ?, ?, ?, ?)",
-                    (src.id, str(src.path), str(src.repo), src.trunk, now))
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at) VALUES (?,?,?,?,?,?)",
+                [(*r, now) for r in todo])
 
     def repo(self, src: IterationLogSource) -> GitRepo:
         repo = self._repos.get(src.id)
@@ -210,6 +210,58 @@ class Ledger:
                f" UNION ALL SELECT '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
                f" FROM iteration_records i WHERE i.source = ?{filt}")
         return [(r[0], r[1]) for r in self.conn.execute(sql, args + args) if r[1]]
+
+    # ------------------------------------------------------------------ tailed JSONL (vally)
+    def ingest_vally(self, src: VallySource) -> Report:
+        """Tail every results/run-summary file under ``src`` from its stored position."""
+        from .sources import jsonl, vally
+
+        report = Report()
+        if not src.path.is_dir():
+            report.errors.append(f"{src.path}: vally directory does not exist")
+            return report
+        for rel in vally.discover(src.path):
+            row = self.conn.execute(
+                "SELECT byte_offset, line_no, fingerprint FROM source_checkpoints WHERE source = ? AND path = ?",
+                (src.id, rel)).fetchone()
+            previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
+            pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
+            try:
+                batches = jsonl.tail(src.path / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes)
+                for batch in batches:
+                    self._commit_jsonl(src.id, rel, batch, vally.events_for(src.id, rel, batch, previous), report)
+                    previous = None  # a reset is reported once, on the batch that restarted
+            except OSError as exc:  # vanished or unreadable: keep its history, say so
+                report.errors.append(f"{src.path / rel}: {exc.strerror or exc}")
+        return report
+
+    def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report) -> None:
+        """The events of one batch and the position after it: one transaction (exactly once)."""
+        if not events and batch.end.offset == 0 and batch.reset is None:
+            return
+        with store.write_transaction(self.conn):
+            projector = Projector(self.conn)
+            last = None
+            for ev in events:
+                if append(self.conn, ev):
+                    projector.apply(ev)
+                    last = ev.seq
+                    report.events += 1
+                    if ev.type == "source.quarantined":
+                        report.quarantined += 1
+                        log.warning("quarantined %s: %s", rel, ev.payload["reason"])
+            projector.flush()
+            dev, ino, size, mtime = batch.stat or (None, None, None, None)
+            self.conn.execute(
+                "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, byte_offset,"
+                " line_no, fingerprint, last_seq) VALUES (?, ?, 'jsonl', ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (source, path) DO UPDATE SET dev = excluded.dev, ino = excluded.ino,"
+                " size = excluded.size, mtime_ns = excluded.mtime_ns, byte_offset = excluded.byte_offset,"
+                " line_no = excluded.line_no, fingerprint = excluded.fingerprint,"
+                " last_seq = coalesce(excluded.last_seq, last_seq)",
+                (source, rel, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
+                 batch.end.fingerprint, last))
+        report.files_read += 1
 
     # ------------------------------------------------------------------ scoring
     def _effective_json(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, str]:

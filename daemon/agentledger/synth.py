@@ -214,3 +214,29 @@ def add_iteration(gen: Generated, i: int, *, seed: int = 1) -> Path:
     tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def vally_trial_line(i: int, *, run_id: str = "run-1", variant: str = "baseline", pad: int = 0) -> bytes:
+    """One synthetic vally ``trial-result`` line (newline included), shaped like vally 0.9 output."""
+    import json
+
+    rng = random.Random(i)
+    status = "success" if rng.random() < 0.9 else "error"
+    passed = status == "success" and rng.random() < 0.7
+    events = [{"type": "tool_result", "timestamp": "2026-07-31T11:17:20.000Z", "turn": 0,
+               "data": {"toolName": "bash", "toolCallId": f"c{k}", "success": rng.random() < 0.8}}
+              for k in range(rng.randint(1, 6))]
+    record = {
+        "type": "trial-result",
+        "itemId": f"/evals/e{i % 7}/eval.yaml::{variant}::model-{i % 3}::stimulus {i % 11}::trial-{i // 77}",
+        "evalName": f"e{i % 7}", "evalFilePath": f"/evals/e{i % 7}/eval.yaml", "variant": variant,
+        "stimulus": f"stimulus {i % 11}", "model": f"model-{i % 3}", "status": status,
+        "durationMs": rng.randint(5000, 90000),
+        "gradeResult": {"name": "trajectory-grade", "kind": "code", "passed": passed, "score": 1.0 if passed else 0.5},
+        "trajectory": {"events": events, "id": f"t-{i}", "output": "x" * pad,
+                       "metrics": {"tokenUsage": {"inputTokens": rng.randint(1000, 90000), "outputTokens": 800,
+                                                  "cacheReadTokens": 500, "cacheWriteTokens": 100, "callCount": 3},
+                                   "toolCallCount": len(events), "turnCount": 3, "wallTimeMs": 20000}},
+        "experiment": {"name": "exp", "runId": run_id, "variant": variant, "baseline": "baseline"},
+    }
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"

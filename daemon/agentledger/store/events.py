@@ -28,6 +28,9 @@ CURRENT: dict[str, int] = {
     "score.computed": 1,
     "backfill.started": 1,
     "backfill.completed": 1,
+    "trial.completed": 1,
+    "run.summarized": 1,
+    "source.reset": 1,
 }
 
 # (type, version) -> function turning a payload of that version into version+1.

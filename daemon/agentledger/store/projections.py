@@ -20,7 +20,7 @@ from .events import Event, canonical_json
 
 PROJECTION_TABLES = (
     "record_files", "iterations", "hook_outcomes", "labels", "artifacts",
-    "scores", "sessions", "quarantine", "ledger_state",
+    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials",
 )
 
 
@@ -54,6 +54,7 @@ class Projector:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         self.dirty_sessions: set[tuple[str, str, str]] = set()
+        self.dirty_runs: set[tuple[str, str]] = set()
         self.touched_sessions: set[tuple[str, str, str]] = set()
 
     # -- dispatch -------------------------------------------------------------
@@ -65,6 +66,9 @@ class Projector:
 
     def flush(self) -> set[tuple[str, str, str]]:
         """Recompute touched sessions; returns the (source, session, rubric) keys changed."""
+        for source, run_dir in sorted(self.dirty_runs):
+            self._recompute_run(source, run_dir)
+        self.dirty_runs.clear()
         changed = set()
         for key in sorted(self.dirty_sessions):
             if self._recompute_session(*key):
@@ -212,6 +216,50 @@ class Projector:
              p["inputs_hash"], p["sidecar"], sha, ev.seq),
         )
         self._mark_sessions_of(ev.source, p["iteration"])
+
+    # -- vally ------------------------------------------------------------------------
+    def _ensure_run(self, source: str, run_dir: str, run_id: str, kind: str, experiment: str,
+                    variant: str, seq: int) -> None:
+        self.conn.execute(
+            "INSERT INTO runs (source, run_dir, run_id, kind, experiment, variant, trials, passed, errors,"
+            " complete, summary, seq) VALUES (?,?,?,?,?,?,0,0,0,0,NULL,?) ON CONFLICT (source, run_dir)"
+            " DO UPDATE SET run_id = CASE WHEN excluded.run_id <> '' THEN excluded.run_id ELSE run_id END,"
+            " experiment = CASE WHEN excluded.experiment <> '' THEN excluded.experiment ELSE experiment END,"
+            " variant = CASE WHEN excluded.variant <> '' THEN excluded.variant ELSE variant END,"
+            " kind = CASE WHEN excluded.kind = 'experiment' THEN 'experiment' ELSE kind END, seq = excluded.seq",
+            (source, run_dir, run_id, kind, experiment, variant, seq))
+
+    def _trial_completed(self, ev: Event, p: dict[str, Any]) -> None:
+        t, raw = p["trial"], p["raw"]
+        self._ensure_run(ev.source, p["run_dir"], t["run_id"], "experiment" if t["experiment"] else "eval",
+                         t["experiment"], t["variant"], ev.seq)  # type: ignore[arg-type]
+        self.conn.execute(
+            "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model, variant,"
+            " trial_index, status, duration_ms, grade_passed, grade_score, passed, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens, tool_calls, tool_errors, turns, raw_path, raw_offset,"
+            " raw_length, raw_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (ev.source, p["run_dir"], t["item_id"], t["run_id"], t["eval_name"], t["stimulus"], t["model"],
+             t["variant"], t["trial_index"], t["status"], t["duration_ms"],
+             None if t["grade_passed"] is None else int(t["grade_passed"]), t["grade_score"], int(t["passed"]),
+             t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
+             t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
+             raw["sha256"], ev.seq))
+        self.dirty_runs.add((ev.source, p["run_dir"]))
+
+    def _run_summarized(self, ev: Event, p: dict[str, Any]) -> None:
+        s = p["summary"]
+        self._ensure_run(ev.source, p["run_dir"], s["run_id"], s["kind"], s["experiment"], s["variant"],
+                         ev.seq)  # type: ignore[arg-type]
+        self.conn.execute("UPDATE runs SET complete = ?, summary = ? WHERE source = ? AND run_dir = ?",
+                          (int(s["complete"]), canonical_json(s), ev.source, p["run_dir"]))
+        self.dirty_runs.add((ev.source, p["run_dir"]))
+
+    def _recompute_run(self, source: str, run_dir: str) -> None:
+        self.conn.execute(
+            "UPDATE runs SET trials = t.n, passed = t.passed, errors = t.errors FROM (SELECT count(*) AS n,"
+            " coalesce(sum(passed), 0) AS passed, coalesce(sum(status = 'error'), 0) AS errors FROM trials"
+            " WHERE source = ? AND run_dir = ?) AS t WHERE runs.source = ? AND runs.run_dir = ?",
+            (source, run_dir, source, run_dir))
 
     # -- sessions -------------------------------------------------------------------
     def _recompute_session(self, source: str, session_id: str, version: str) -> bool:

@@ -1,0 +1,135 @@
+"""Tail an append-only JSONL file from a stored position, in bounded batches.
+
+What the caller stores per file (its checkpoint) is ``(offset, line_no,
+fingerprint)``: the byte offset just past the last complete line consumed, how
+many lines that was, and a hash of the file's first bytes. The caller commits
+the checkpoint in the same transaction as the events made from the lines, so
+a crash re-reads at most one uncommitted batch, and idempotency keys drop what
+was already appended.
+
+* A partial last line (no ``\\n`` yet) is not consumed: it waits.
+* A line longer than ``max_line_bytes`` is reported (``Oversize``) and skipped
+  to its newline without being held in memory.
+* A file now shorter than the offset (truncated) or whose first bytes changed
+  (replaced, e.g. renamed over) is read again from the start; ``reset`` says
+  which. The fingerprint covers only bytes already consumed, which an
+  append-only writer never changes.
+* Memory is bounded by ``max_line_bytes`` plus one read chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+FINGERPRINT_BYTES = 4096
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Position:
+    offset: int = 0
+    line_no: int = 0
+    fingerprint: str | None = None  # "<length>:<sha256 of the first length bytes>"
+
+
+@dataclass(frozen=True)
+class Line:
+    offset: int  # byte offset of the line's first byte
+    line_no: int  # 1-based
+    data: bytes  # without the trailing newline
+
+
+@dataclass(frozen=True)
+class Oversize:
+    offset: int
+    line_no: int
+    length: int  # bytes seen before giving up (at least max_line_bytes + 1)
+
+
+@dataclass
+class Batch:
+    items: list[Line | Oversize] = field(default_factory=list)
+    end: Position = Position()  # where the next read starts (commit this with the events)
+    reset: str | None = None  # "truncated" | "replaced" when this batch restarted at 0
+    size: int = 0  # file size when read (lag = size - end.offset)
+    stat: tuple[int, int, int, int] | None = None  # dev, ino, size, mtime_ns
+
+
+def fingerprint(fh, length: int) -> str | None:
+    length = min(length, FINGERPRINT_BYTES)
+    if length <= 0:
+        return None
+    fh.seek(0)
+    head = fh.read(length)
+    if len(head) < length:
+        return None
+    return f"{length}:{hashlib.sha256(head).hexdigest()[:32]}"
+
+
+def _same_prefix(fh, fp: str | None) -> bool:
+    if not fp:
+        return True
+    length, _, digest = fp.partition(":")
+    fh.seek(0)
+    head = fh.read(int(length))
+    return len(head) == int(length) and hashlib.sha256(head).hexdigest()[:32] == digest
+
+
+def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 20,
+         max_batch_bytes: int = 8 << 20, max_lines: int = 2000) -> Iterator[Batch]:
+    """Batches of complete lines from ``pos`` on; stops at a partial line or end of file.
+
+    Raises ``OSError`` when the file cannot be opened (missing, a directory, …)."""
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        reset = None
+        if pos.offset > st.st_size:
+            reset = "truncated"
+        elif not _same_prefix(fh, pos.fingerprint):
+            reset = "replaced"
+        if reset:
+            pos = Position()
+        offset, line_no = pos.offset, pos.line_no
+        fh.seek(offset)
+        buf = b""
+        buf_start = offset  # file offset of buf[0]
+        skip_from: int | None = None  # start of an over-long line being skipped
+        batch = Batch(reset=reset, size=st.st_size, stat=stat)
+        batch_bytes = 0
+        while chunk := fh.read(CHUNK):
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                line_no += 1
+                if skip_from is not None:
+                    batch.items.append(Oversize(skip_from, line_no, buf_start + nl - skip_from))
+                    skip_from = None
+                elif nl - start > max_line_bytes:
+                    batch.items.append(Oversize(buf_start + start, line_no, nl - start))
+                else:
+                    batch.items.append(Line(buf_start + start, line_no, buf[start:nl]))
+                    batch_bytes += nl - start + 1
+                start = nl + 1
+                offset = buf_start + start
+                if batch_bytes >= max_batch_bytes or len(batch.items) >= max_lines:
+                    batch.end = Position(offset, line_no, fingerprint(fh, offset))
+                    fh.seek(buf_start + len(buf))  # fingerprint() moved the read position
+                    yield batch
+                    batch = Batch(size=st.st_size, stat=stat)
+                    batch_bytes = 0
+            rest = buf[start:]
+            buf_start += start
+            if skip_from is None and len(rest) > max_line_bytes:
+                skip_from = buf_start
+            if skip_from is not None:  # drop what we hold of an over-long line
+                buf_start += len(rest)
+                buf = b""
+            else:
+                buf = rest
+        # A partial line (or a partial over-long line) waits for its newline.
+        batch.end = Position(offset, line_no, fingerprint(fh, offset))
+        yield batch

@@ -1,0 +1,177 @@
+"""Tailing vally results: the real fixture, every file-lifecycle case, and SIGKILL at random points."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentledger import synth
+from agentledger.config import Config, LimitsConfig, StoreConfig, VallySource
+from agentledger.ledger import Ledger
+
+from .conftest import cli_subprocess, need_fixtures, run_cli
+
+RUN = "2026-07-31T11-17-14-108Z/baseline"
+
+
+def ledger(tmp: Path, root: Path, **limits) -> Ledger:
+    cfg = Config(store=StoreConfig(path=tmp / "l.sqlite"), limits=LimitsConfig(**limits),
+                 vally=(VallySource(root.resolve()),))
+    return Ledger(cfg)
+
+
+def count(led: Ledger, sql: str, *args) -> int:
+    return led.conn.execute(sql, args).fetchone()[0]
+
+
+def test_real_vally_fixture(tmp_path: Path) -> None:
+    fixtures = need_fixtures() / "vally"
+    run = tmp_path / "out" / RUN
+    run.mkdir(parents=True)
+    shutil.copy(fixtures / "baseline__results.first-record.jsonl", run / "results.jsonl")
+    args = ["--vally", str(tmp_path / "out"), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", "--once", *args)[0] == 0
+    code, out, _ = run_cli("trials", "--json", *args)
+    (t,) = json.loads(out)
+    assert (t["eval_name"], t["model"], t["variant"], t["trial_index"], t["status"], t["passed"]) == \
+        ("migrate-mstest-v1v2-to-v3", "claude-opus-4.6", "baseline", 0, "success", 1)
+    assert (t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"]) == \
+        (78796, 822, 64955, 13833)
+    assert (t["tool_calls"], t["turns"], t["duration_ms"], t["grade_score"]) == (7, 6, 36236, 1.0)
+    raw = (run / "results.jsonl").read_bytes()[t["raw_offset"]: t["raw_offset"] + t["raw_length"]]
+    assert json.loads(raw)["itemId"] == t["item_id"]  # the event points at the raw record's bytes
+    code, out, _ = run_cli("runs", "--json", *args)
+    (r,) = json.loads(out)
+    assert r["complete"] == 0 and r["kind"] == "experiment" and r["trials"] == 1
+    shutil.copy(fixtures / "baseline__run-summary.jsonl", run / "run-summary.jsonl")
+    run_cli("ingest", "--once", *args)
+    (r,) = json.loads(run_cli("runs", "--json", *args)[1])
+    assert r["complete"] == 1 and r["run_id"] == "5160984c-53f8-4363-893d-bb091abbc3c1"
+    rates = json.loads(run_cli("query", "SELECT * FROM trial_pass_rates", "--json", *args)[1])
+    assert rates[0]["pass_rate"] == 1.0
+
+
+def test_file_lifecycle(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    f = root / "run-a" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    led = ledger(tmp_path, root, max_line_bytes=4096)
+    src = led.cfg.vally[0]
+    trials = lambda: count(led, "SELECT count(*) FROM trials")  # noqa: E731
+    events = lambda t: count(led, "SELECT count(*) FROM events WHERE type = ?", t)  # noqa: E731
+
+    # a partial last line waits for its newline
+    line0, line1 = synth.vally_trial_line(0), synth.vally_trial_line(1)
+    f.write_bytes(line0 + line1[:-10])
+    led.ingest_vally(src)
+    assert trials() == 1
+    with f.open("ab") as fh:
+        fh.write(line1[-10:])
+    led.ingest_vally(src)
+    assert trials() == 2 and events("trial.completed") == 2
+
+    # an invalid line in the middle, and an over-long one, are quarantined; the lines after them ingest
+    with f.open("ab") as fh:
+        fh.write(b"{not json\n" + synth.vally_trial_line(2) + b"\xff\xfe\n" + b"x" * 9000 + b"\n"
+                 + synth.vally_trial_line(3))
+    report = led.ingest_vally(src)
+    assert trials() == 4 and report.quarantined == 3
+    q = led.conn.execute("SELECT line, byte_offset, reason FROM quarantine ORDER BY line").fetchall()
+    assert [r[0] for r in q] == [3, 5, 6]
+    assert q[0][1] == len(line0) + len(line1) and "not a JSON object" in q[0][2]
+    assert "invalid UTF-8" in q[1][2] and "over the max_line_bytes limit" in q[2][2]
+
+    # truncation: read again from the start, logged as a reset, nothing duplicated
+    f.write_bytes(line0)
+    led.ingest_vally(src)
+    assert events("source.reset") == 1 and events("trial.completed") == 4 and trials() == 4
+
+    # replacement (rename over) with new content: a reset and only the new trial is new
+    tmp = f.with_name("results.jsonl.new")
+    tmp.write_bytes(synth.vally_trial_line(10) + line0)
+    os.replace(tmp, f)
+    led.ingest_vally(src)
+    assert events("source.reset") == 2 and events("trial.completed") == 5
+
+    # delete: history stays; recreate: read from the start
+    f.unlink()
+    report = led.ingest_vally(src)
+    assert trials() == 5 and not report.errors
+    f.write_bytes(synth.vally_trial_line(11))
+    led.ingest_vally(src)
+    assert events("trial.completed") == 6 and events("source.reset") == 3
+    (offset, size) = led.conn.execute("SELECT byte_offset, size FROM source_checkpoints").fetchone()
+    assert offset == size == f.stat().st_size
+
+
+def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    f = root / "run" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    f.touch()
+    n = 400
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom agentledger import synth\n"
+        f"with open({str(f)!r}, 'ab', buffering=0) as fh:\n"
+        f"    for i in range({n}):\n"
+        "        line = synth.vally_trial_line(i)\n"
+        "        fh.write(line[:len(line)//2]); time.sleep(0.0005); fh.write(line[len(line)//2:])\n")])
+    led = ledger(tmp_path, root)
+    while writer.poll() is None:
+        led.ingest_vally(led.cfg.vally[0])
+    led.ingest_vally(led.cfg.vally[0])
+    assert writer.returncode == 0
+    assert count(led, "SELECT count(*) FROM trials") == n
+    assert count(led, "SELECT count(*) FROM events WHERE type = 'trial.completed'") == n
+    assert count(led, "SELECT count(*) FROM quarantine") == 0
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    f = root / "run" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    db = tmp_path / "killed.sqlite"
+    cmd = [sys.executable, "-m", "agentledger", "ingest", "--once", "--vally", str(root), "--db", str(db), "-q"]
+    rng = random.Random(42)
+    kills = written = 0
+    for _attempt in range(100):
+        with f.open("ab") as fh:  # fresh work every time, so each run has something to be killed in
+            for i in range(written, written + 1500):
+                fh.write(synth.vally_trial_line(i, pad=200))
+        written += 1500
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.2, 0.9))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        if kills >= 20:
+            break
+    assert kills >= 20
+    assert cli_subprocess("ingest", "--once", "--vally", str(root), "--db", str(db), "-q").returncode == 0
+    clean = tmp_path / "clean.sqlite"
+    assert cli_subprocess("ingest", "--once", "--vally", str(root), "--db", str(clean), "-q").returncode == 0
+
+    def facts(path: Path):
+        with sqlite3.connect(path) as c:
+            keys = [r[0] for r in c.execute("SELECT idempotency_key FROM events WHERE type = 'trial.completed'")]
+            trials = c.execute("SELECT count(*) FROM trials").fetchone()[0]
+            offset = c.execute("SELECT byte_offset FROM source_checkpoints").fetchone()[0]
+        return sorted(keys), trials, offset
+
+    killed_keys, killed_trials, killed_offset = facts(db)
+    clean_keys, clean_trials, clean_offset = facts(clean)
+    assert len(killed_keys) == len(set(killed_keys))  # no duplicates
+    assert killed_keys == clean_keys  # no loss
+    assert killed_trials == clean_trials and killed_offset == clean_offset == f.stat().st_size
