@@ -73,7 +73,9 @@ def test_correction_pressure_ieee_edge_cases() -> None:
     assert correction_pressure(_x(record=Record(impl=Impl(retries=-1)))).sub_score == 1.0  # 1/0 -> +Inf -> 1
     v = correction_pressure(_x(record=Record(impl=Impl(retries=-2))))
     assert v.sub_score == 0.0 and v.detail == "-2 retries, 0 user corrections"
-    v = correction_pressure(_x(tool_error_rate=1 / 3))
+    from agentledger.scoring.inputs import TranscriptTotals
+
+    v = correction_pressure(_x(transcript=TranscriptTotals(tool_results=3, tool_errors=1)))
     assert v.detail == "0 retries, 0 user corrections, 33% tool-error rate"
 
 

@@ -32,6 +32,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repo", metavar="DIR", default=S, help="the git work tree of --iteration-log")
     g.add_argument("--trunk", metavar="NAME", default=S, help="trunk branch (default: master)")
     g.add_argument("--rubric", metavar="VERSION", default=S, help="rubric version to score with")
+    g.add_argument("--transcripts", metavar="DIR", action="append", default=S,
+                   help="a Claude/Codex transcript directory for the iteration log(s) (repeatable)")
     g.add_argument("--vally", metavar="DIR", action="append", default=S,
                    help="a directory of vally results to use instead of the configured ones (repeatable)")
     g.add_argument("-q", "--quiet", action="store_true", default=S, help="print errors only")
@@ -104,7 +106,8 @@ def _config(args: argparse.Namespace):
     return C.with_overrides(
         cfg, db=getattr(args, "db", None), rubric=getattr(args, "rubric", None),
         iteration_log=getattr(args, "iteration_log", None), repo=getattr(args, "repo", None),
-        trunk=getattr(args, "trunk", None), vally=getattr(args, "vally", None))
+        trunk=getattr(args, "trunk", None), vally=getattr(args, "vally", None),
+        transcripts=getattr(args, "transcripts", None))
 
 
 def _ledger(args: argparse.Namespace, *, need_sources: bool = True):

@@ -34,6 +34,7 @@ class IterationLogSource:
     repo: Path  # the git work tree its records' commits live in
     trunk: str = DEFAULT_TRUNK
     name: str = ""
+    transcripts: tuple[Path, ...] = ()  # Claude/Codex transcript directories (read non-recursively)
 
     @property
     def id(self) -> str:
@@ -150,25 +151,29 @@ def _section(cls: type, section: str, data: dict[str, Any], where: str) -> Any:
 def _source(data: Any, where: str, base: Path) -> IterationLogSource:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: each [[iteration_logs]] entry must be a table")
-    allowed = {"path", "repo", "trunk", "name"}
+    allowed = {"path", "repo", "trunk", "name", "transcripts"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) in [[iteration_logs]]: {', '.join(unknown)}")
     for req in ("path", "repo"):
         if not isinstance(data.get(req), str) or not data[req]:
             raise ConfigError(f"{where}: [[iteration_logs]] needs {req} = \"…\"")
+    transcripts = data.get("transcripts", [])
+    if not isinstance(transcripts, list) or not all(isinstance(t, str) and t for t in transcripts):
+        raise ConfigError(f"{where}: [[iteration_logs]] transcripts must be a list of directory paths")
     return make_source(data["path"], data["repo"], data.get("trunk") or DEFAULT_TRUNK,
-                       data.get("name", ""), base=base)
+                       data.get("name", ""), base=base, transcripts=transcripts)
 
 
 def make_source(path: str | Path, repo: str | Path, trunk: str = DEFAULT_TRUNK, name: str = "",
-                base: Path | None = None) -> IterationLogSource:
+                base: Path | None = None, transcripts: list[str] | tuple = ()) -> IterationLogSource:
     base = base or Path.cwd()
     p = (base / os.path.expanduser(str(path))).resolve()
     r = (base / os.path.expanduser(str(repo))).resolve()
     if not isinstance(trunk, str) or not trunk.strip():
         raise ConfigError("trunk must be a non-empty branch name")
-    return IterationLogSource(path=p, repo=r, trunk=trunk, name=name)
+    t = tuple((base / os.path.expanduser(str(d))).resolve() for d in transcripts)
+    return IterationLogSource(path=p, repo=r, trunk=trunk, name=name, transcripts=t)
 
 
 def find_config_file(explicit: str | None) -> Path | None:
@@ -237,7 +242,8 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
 
 def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = None,
                    iteration_log: str | None = None, repo: str | None = None,
-                   trunk: str | None = None, vally: list[str] | None = None) -> Config:
+                   trunk: str | None = None, vally: list[str] | None = None,
+                   transcripts: list[str] | None = None) -> Config:
     """Apply command-line flags (the last word). Ad-hoc sources replace configured ones."""
     if vally:
         cfg = replace(cfg, vally=tuple(VallySource(Path(os.path.expanduser(v)).resolve()) for v in vally))
@@ -251,4 +257,7 @@ def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = N
         cfg = replace(cfg, iteration_logs=(make_source(iteration_log, repo, trunk or DEFAULT_TRUNK),))
     elif trunk:
         cfg = replace(cfg, iteration_logs=tuple(replace(s, trunk=trunk) for s in cfg.iteration_logs))
+    if transcripts:
+        dirs = tuple(Path(os.path.expanduser(t)).resolve() for t in transcripts)
+        cfg = replace(cfg, iteration_logs=tuple(replace(s, transcripts=dirs) for s in cfg.iteration_logs))
     return cfg

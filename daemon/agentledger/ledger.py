@@ -32,7 +32,7 @@ from .parallel import pmap
 from .parallel import shutdown as shutdown_workers
 from .scoring import rubric as rubrics
 from .scoring.combine import Score, score
-from .scoring.inputs import ScoringInputs
+from .scoring.inputs import ScoringInputs, TranscriptTotals
 from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
@@ -93,6 +93,8 @@ class Ledger:
         known = {tuple(r) for r in self.conn.execute("SELECT source, kind, root, repo, trunk FROM sources")}
         rows = [(s.id, "iteration_log", str(s.path), str(s.repo), s.trunk) for s in self.cfg.iteration_logs]
         rows += [(s.id, "vally", str(s.path), None, None) for s in self.cfg.vally]
+        rows += [(str(d), "transcripts", str(d), None, None)
+                 for d in dict.fromkeys(d for s in self.cfg.iteration_logs for d in s.transcripts)]
         todo = [r for r in rows if r not in known]
         if not todo:
             return
@@ -197,6 +199,8 @@ class Ledger:
         cands = S.artifact_candidates(src, self._artifact_refs(src, iterations)) + S.tasks_candidates(src)
         rels = None if iterations is None else [c.rel for c in cands]
         self._commit(src, self._observe(src, cands, rels, report), report)
+        for directory in src.transcripts:
+            report.add(self.ingest_transcripts(directory))
         return report
 
     def _artifact_refs(self, src: IterationLogSource, iterations: list[int] | None) -> list[tuple[str, str]]:
@@ -214,25 +218,39 @@ class Ledger:
     # ------------------------------------------------------------------ tailed JSONL (vally)
     def ingest_vally(self, src: VallySource) -> Report:
         """Tail every results/run-summary file under ``src`` from its stored position."""
-        from .sources import jsonl, vally
+        from .sources import vally
+
+        if not src.path.is_dir():
+            return Report(errors=[f"{src.path}: vally directory does not exist"])
+        return self._ingest_tailed(src.id, src.path, vally.discover(src.path), vally.events_for)
+
+    def ingest_transcripts(self, directory: Path) -> Report:
+        """Tail the ``*.jsonl`` transcripts directly in ``directory`` (a missing one is skipped)."""
+        from .sources import transcripts
+
+        if not directory.is_dir():
+            return Report()
+        return self._ingest_tailed(str(directory), directory, transcripts.discover(directory),
+                                   transcripts.events_for)
+
+    def _ingest_tailed(self, source: str, root: Path, rels: list[str], events_for) -> Report:
+        from .sources import jsonl
 
         report = Report()
-        if not src.path.is_dir():
-            report.errors.append(f"{src.path}: vally directory does not exist")
-            return report
-        for rel in vally.discover(src.path):
+        src_id = source
+        for rel in rels:
             row = self.conn.execute(
                 "SELECT byte_offset, line_no, fingerprint FROM source_checkpoints WHERE source = ? AND path = ?",
-                (src.id, rel)).fetchone()
+                (src_id, rel)).fetchone()
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
             pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
             try:
-                batches = jsonl.tail(src.path / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes)
+                batches = jsonl.tail(root / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes)
                 for batch in batches:
-                    self._commit_jsonl(src.id, rel, batch, vally.events_for(src.id, rel, batch, previous), report)
+                    self._commit_jsonl(src_id, rel, batch, events_for(src_id, rel, batch, previous), report)
                     previous = None  # a reset is reported once, on the batch that restarted
             except OSError as exc:  # vanished or unreadable: keep its history, say so
-                report.errors.append(f"{src.path / rel}: {exc.strerror or exc}")
+                report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
 
     def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report) -> None:
@@ -339,6 +357,7 @@ class Ledger:
             return None
 
         trunk = repo.trunk_log()
+        windows = self._windows(src, repo, records, resolutions, partial_log=iterations is not None)
         partial = []
         for it, rec in records.items():
             res = resolutions[rec.commit]
@@ -354,8 +373,62 @@ class Ledger:
                 landed=landed, write_scope=scope,
                 changed_files=changed.get(landed.resolved) if scope is not None else None,
                 commit_time=res.commit_time,
+                transcript=self._transcript_totals(src, windows[it]) if it in windows else None,
             ), texts[it]))
         return out
+
+    # -- transcript windows (spec §4.7) ----------------------------------------------------
+    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, Record],
+                 resolutions: dict, *, partial_log: bool) -> dict[int, tuple[int | None, int]]:
+        """(start, end] in UTC ns for each record whose commit time resolves.
+
+        Windows chain in ascending iteration order over the whole log; unresolved
+        records get none and do not move the chain. For a subset of iterations
+        (``score N``) the chain starts at the nearest lower iteration that resolves."""
+        ends = {it: _ns(resolutions[rec.commit].commit_time) for it, rec in records.items()}
+        first = min(records)
+        prev = self._previous_end(src, repo, first) if partial_log else None
+        out: dict[int, tuple[int | None, int]] = {}
+        for it in sorted(records):
+            end = ends[it]
+            if end is None:
+                continue
+            if partial_log and it != first and (it - 1) not in records:
+                prev = self._previous_end(src, repo, it)
+            out[it] = (prev, end)
+            prev = end
+        return out
+
+    def _previous_end(self, src: IterationLogSource, repo: GitRepo, iteration: int) -> int | None:
+        """Commit time of the nearest iteration below ``iteration`` whose commit resolves."""
+        below = iteration
+        while True:
+            rows = self.conn.execute(
+                "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration < ?"
+                " ORDER BY iteration DESC LIMIT 32", (src.id, below)).fetchall()
+            if not rows:
+                return None
+            res = repo.resolve([r[1] for r in rows])
+            for it, commit in rows:
+                t = _ns(res[commit].commit_time)
+                if t is not None:
+                    return t
+            below = rows[-1][0]
+
+    def _transcript_totals(self, src: IterationLogSource, window: tuple[int | None, int]) -> TranscriptTotals:
+        if not src.transcripts:
+            return TranscriptTotals()
+        start, end = window
+        dirs = [str(d) for d in src.transcripts]
+        sql = ("SELECT coalesce(sum(turns), 0), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
+               " coalesce(sum(cache_read), 0), coalesce(sum(cache_creation), 0), coalesce(sum(tool_results), 0),"
+               " coalesce(sum(tool_errors), 0) FROM transcript_facts"
+               " WHERE source IN (SELECT value FROM json_each(?)) AND ts_ns <= ?")
+        args: list = [json.dumps(dirs), end]
+        if start is not None:
+            sql += " AND ts_ns > ?"
+            args.append(start)
+        return TranscriptTotals(*self.conn.execute(sql, args).fetchone())
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None) -> Report:
@@ -562,6 +635,12 @@ def score_payload(s: Score, digest: str, marker: bool) -> dict:
         "linked_traces": s.linked_traces, "marker": marker,
         "sidecar": sidecars.iteration_sidecar_name(s.iteration),
     }
+
+
+def _ns(iso: str | None) -> int | None:
+    if iso is None:
+        return None
+    return int(datetime.fromisoformat(iso).timestamp()) * 1_000_000_000
 
 
 def _disk_sha(path: Path) -> str | None:

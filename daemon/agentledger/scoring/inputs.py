@@ -31,6 +31,19 @@ class LandedFacts:
 
 
 @dataclass(frozen=True)
+class TranscriptTotals:
+    """Sums over the transcript lines inside an iteration's window (spec §4.7)."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+    tool_results: int = 0
+    tool_errors: int = 0
+
+
+@dataclass(frozen=True)
 class ScoringInputs:
     record: Record
     trunk: str = "master"
@@ -42,7 +55,16 @@ class ScoringInputs:
     write_scope: tuple[str, ...] | None = None  # None: no task declares one
     changed_files: tuple[str, ...] | None = None  # None: unknown / unreadable
     commit_time: str | None = None  # ISO-8601 UTC, None when unresolvable
-    tool_error_rate: float | None = None  # from transcripts (later issue)
+    # Sums over the window (previous resolved commit time, this commit time];
+    # None when the commit time is unresolvable (no window, hence no rate).
+    transcript: TranscriptTotals | None = None
+
+    @property
+    def tool_error_rate(self) -> float | None:
+        t = self.transcript
+        if t is None or t.tool_results <= 0:
+            return None
+        return t.tool_errors / t.tool_results
 
     def digest(self, rubric_version: str, record_json: str | None = None) -> str:
         """sha256 over everything the score depends on.
@@ -57,7 +79,7 @@ class ScoringInputs:
             _dump(to_jsonable(self.hook)), _dump(to_jsonable(self.labels)),
             _dump(to_jsonable(self.verifier_artifacts)), _dump(to_jsonable(self.review_artifact)),
             _dump(to_jsonable(self.landed)), _dump(self.write_scope), _dump(self.changed_files),
-            _dump(self.commit_time), _dump(self.tool_error_rate),
+            _dump(self.commit_time), _dump(to_jsonable(self.transcript)),
         ):
             h.update(part.encode("utf-8"))
             h.update(b"\x00")

@@ -275,6 +275,11 @@ def token_efficiency(x: ScoringInputs) -> SignalValue:
     if tokens is not None:
         rate = tokens.cache_hit_rate
         return present(rate, f"native session_tokens: cache_hit_rate {fixed(rate, 3)}")
+    t = x.transcript
+    if t is not None and t.turns > 0:
+        denominator = t.cache_read + t.cache_creation  # integer sums, as the reference
+        rate = t.cache_read / denominator if denominator > 0 else 0.0
+        return present(rate, f"backfilled from {t.turns} transcript turn(s): cache_hit_rate {fixed(rate, 3)}")
     return absent("no transcript covers the iteration window")
 
 

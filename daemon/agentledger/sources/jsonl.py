@@ -20,10 +20,12 @@ was already appended.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+log = logging.getLogger("agentledger")
 FINGERPRINT_BYTES = 4096
 CHUNK = 1 << 20
 
@@ -133,3 +135,14 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
         # A partial line (or a partial over-long line) waits for its newline.
         batch.end = Position(offset, line_no, fingerprint(fh, offset))
         yield batch
+
+
+def reset_event(source: str, rel: str, batch: Batch, previous: dict, kind: str):
+    """The ``source.reset`` event for a tailed file read again from the start."""
+    from ..store.events import Event
+
+    log.warning("%s was %s; reading it again from the start", rel, batch.reset)
+    return Event("source.reset", f"{source}:{rel}", source,
+                 f"{source}|{rel}|reset|{previous.get('offset')}|{previous.get('fingerprint')}|{batch.size}",
+                 {"path": rel, "kind": kind, "reason": batch.reset, "previous_offset": previous.get("offset"),
+                  "size": batch.size}, source_path=rel)

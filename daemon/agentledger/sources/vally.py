@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ..store.events import Event
-from .jsonl import Batch, Line, Oversize
+from .jsonl import Batch, Line, Oversize, reset_event
 
 log = logging.getLogger("agentledger")
 FILES = ("results.jsonl", "run-summary.jsonl")
@@ -40,11 +40,7 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
     stream = f"{source}:{rel}"
     out: list[Event] = []
     if batch.reset and previous is not None:
-        log.warning("vally: %s was %s; reading it again from the start", rel, batch.reset)
-        out.append(Event("source.reset", stream, source,
-                         f"{source}|{rel}|reset|{previous.get('offset')}|{previous.get('fingerprint')}|{batch.size}",
-                         {"path": rel, "reason": batch.reset, "previous_offset": previous.get("offset"),
-                          "size": batch.size}, source_path=rel))
+        out.append(reset_event(source, rel, batch, previous, "vally"))
     for item in batch.items:
         if isinstance(item, Oversize):
             out.append(_quarantine(source, rel, item.offset, item.line_no, f"oversize-{item.length}",
@@ -81,8 +77,9 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
     return out
 
 
-def _quarantine(source: str, rel: str, offset: int, line_no: int, tag: str, reason: str) -> Event:
+def _quarantine(source: str, rel: str, offset: int, line_no: int, tag: str, reason: str,
+                kind: str = "vally") -> Event:
     return Event("source.quarantined", f"{source}:{rel}", source, f"{source}|{rel}|{offset}|{tag}|q",
-                 {"path": rel, "kind": "vally", "reason": reason, "line": line_no, "column": None,
+                 {"path": rel, "kind": kind, "reason": reason, "line": line_no, "column": None,
                   "byte_offset": offset, "content_hash": None},
                  source_path=rel, source_position=f"{line_no}@{offset}")

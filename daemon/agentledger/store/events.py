@@ -31,6 +31,7 @@ CURRENT: dict[str, int] = {
     "trial.completed": 1,
     "run.summarized": 1,
     "source.reset": 1,
+    "transcript.turns": 1,
 }
 
 # (type, version) -> function turning a payload of that version into version+1.

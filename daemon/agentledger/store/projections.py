@@ -20,7 +20,7 @@ from .events import Event, canonical_json
 
 PROJECTION_TABLES = (
     "record_files", "iterations", "hook_outcomes", "labels", "artifacts",
-    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials",
+    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials", "transcript_facts",
 )
 
 
@@ -253,6 +253,17 @@ class Projector:
         self.conn.execute("UPDATE runs SET complete = ?, summary = ? WHERE source = ? AND run_dir = ?",
                           (int(s["complete"]), canonical_json(s), ev.source, p["run_dir"]))
         self.dirty_runs.add((ev.source, p["run_dir"]))
+
+    def _transcript_turns(self, ev: Event, p: dict[str, Any]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO transcript_facts (source, file, byte_offset, ts_ns, kind, input_tokens,"
+            " output_tokens, cache_read, cache_creation, turns, tool_results, tool_errors, seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(ev.source, p["file"], *f, ev.seq) for f in p["facts"]])
+
+    def _source_reset(self, ev: Event, p: dict[str, Any]) -> None:
+        if p.get("kind") == "transcript":  # the facts of the old content no longer stand
+            self.conn.execute("DELETE FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))
 
     def _recompute_run(self, source: str, run_dir: str) -> None:
         self.conn.execute(

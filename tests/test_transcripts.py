@@ -1,0 +1,112 @@
+"""Transcript-backed signals: windows, token backfill, tool-error rate (spec §4.7)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentledger.sources.transcript_parse import Invalid, fact, parse_go_time
+
+from .conftest import TESTDATA, need_fixtures, run_cli
+
+
+def rows(out: str) -> dict[str, dict]:
+    return {r["signal"]: r for r in json.loads(out)["breakdown"]}
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, make_repo):
+    """Iteration 1 commits at 03:30, iteration 2 at 05:00 (UTC), iteration 3 does not resolve."""
+    need_fixtures()
+    repo = make_repo()
+    c1 = repo.commit("one", {"a": "1"}, date="2026-05-17T03:30:00Z")
+    c2 = repo.commit("two", {"b": "2"}, date="2026-05-17T05:00:00Z")
+    log = tmp_path / "log"
+    log.mkdir()
+    for n, sha in ((1, c1), (2, c2), (3, "abc1234")):
+        (log / f"iter-{n}.yaml").write_text(f"schema_version: 2\niteration: {n}\ncommit: {sha}\n")
+
+    def run(*transcript_dirs: str, cmd: tuple[str, ...] = ("ingest", "--once")) -> list[str]:
+        args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(tmp_path / "l.sqlite")]
+        for d in transcript_dirs:
+            shutil.copytree(TESTDATA / d, tmp_path / d, dirs_exist_ok=True)
+            args += ["--transcripts", str(tmp_path / d)]
+        return [*cmd, *args]
+
+    return log, run, tmp_path
+
+
+def test_claude_window_backfill_and_tool_errors(scenario) -> None:
+    log, run, tmp = scenario
+    code, _, err = run_cli(*run("backfill_claude"))
+    assert code == 0, err
+    args = run("backfill_claude", cmd=())
+    two = rows(run_cli("score", "2", "--json", *args)[1])
+    assert two["token_efficiency"]["detail"] == "backfilled from 1 transcript turn(s): cache_hit_rate 0.750"
+    assert two["token_efficiency"]["sub_score"] == 0.75
+    assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections, 33% tool-error rate"
+    assert two["correction_pressure"]["sub_score"] == 1.0 / (1.0 + 2.0 * (1 / 3))
+    one = rows(run_cli("score", "1", "--json", *args)[1])  # open on the left: (none, 03:30]
+    assert one["token_efficiency"]["detail"] == "backfilled from 1 transcript turn(s): cache_hit_rate 0.000"
+    three = rows(run_cli("score", "3", "--json", *args)[1])
+    assert three["token_efficiency"]["detail"] == "commit time unresolvable; cannot window the transcript"
+    assert three["correction_pressure"]["detail"] == "0 retries, 0 user corrections"
+    # the line that is not JSON is quarantined with its line number; the rest counted
+    q = json.loads(run_cli("quarantine", "--json", *args)[1])
+    assert [(r["path"], r["line"]) for r in q] == [("session.jsonl", 7)]
+
+
+def test_codex_and_mixed(scenario) -> None:
+    log, run, tmp = scenario
+    assert run_cli(*run("backfill_codex"))[0] == 0
+    two = rows(run_cli("score", "2", "--json", *run("backfill_codex", cmd=()))[1])
+    assert two["token_efficiency"]["detail"] == "backfilled from 2 transcript turn(s): cache_hit_rate 0.857"
+    assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections"
+    assert run_cli(*run("backfill_mixed"))[0] == 0
+    two = rows(run_cli("score", "2", "--json", *run("backfill_mixed", cmd=()))[1])
+    assert two["token_efficiency"]["detail"] == "backfilled from 2 transcript turn(s): cache_hit_rate 0.667"
+    assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections, 100% tool-error rate"
+
+
+def test_native_tokens_win_and_new_transcript_lines_rescore_only_their_window(scenario) -> None:
+    log, run, tmp = scenario
+    (log / "iter-1.yaml").write_text((log / "iter-1.yaml").read_text() + "session_tokens:\n  cache_hit_rate: 0.5\n")
+    assert run_cli(*run("backfill_claude"))[0] == 0
+    args = run("backfill_claude", cmd=())
+    assert rows(run_cli("score", "1", "--json", *args)[1])["token_efficiency"]["detail"] == \
+        "native session_tokens: cache_hit_rate 0.500"
+    before = {n: (log / f"iter-{n}.score.yaml").stat().st_mtime_ns for n in (1, 2, 3)}
+    with (tmp / "backfill_claude" / "session.jsonl").open("a") as fh:  # a new turn inside (03:30, 05:00]
+        fh.write('{"type":"assistant","timestamp":"2026-05-17T04:30:00Z","message":{"usage":'
+                 '{"input_tokens":1,"output_tokens":1,"cache_read_input_tokens":100,"cache_creation_input_tokens":0}}}\n')
+    out = json.loads(run_cli("ingest", "--once", "--json", *args)[1])
+    assert out["scored"] == 1 and out["sidecars_written"] == 1
+    after = {n: (log / f"iter-{n}.score.yaml").stat().st_mtime_ns for n in (1, 2, 3)}
+    assert after[1] == before[1] and after[3] == before[3] and after[2] != before[2]
+    assert "backfilled from 2 transcript turn(s): cache_hit_rate 0.800" in (log / "iter-2.score.yaml").read_text()
+
+
+@pytest.mark.parametrize("line,expected", [
+    (b'{"Type":"assistant","TIMESTAMP":"2026-05-17T04:00:00Z","Message":{"USAGE":{"Input_Tokens":3}}}', (1, 3)),
+    (b'{"type":"assistant","timestamp":"2026-05-17T04:00:00Z","timestamp":"bad","message":{"usage":{}}}', None),
+    (b'{"type":"assistant","timestamp":"2026-05-17T04:00:00Z","message":{"usage":{"input_tokens":3.0}}}', None),
+    (b'{"type":"user","timestamp":"2026-05-17T04:00:00Z","message":{"content":"plain text"}}', None),
+    (b'{"type":"user","timestamp":"2026-05-17T04:00:00Z","message":{"content":[{"type":"tool_result","is_error":"yes"}]}}', None),
+    (b'{"type":"assistant","timestamp":"2026-05-17T04:00:00Z","payload":null,"message":{"usage":{"input_tokens":3}}}', None),
+    (b'{"type":"assistant","timestamp":"2026-05-17T04:00:00Z","message":{"usage":{"input_tokens":null}}}', (1, 0)),
+    (b'null', None),
+    (b'[1, 2]', None),
+])
+def test_go_json_rules(line: bytes, expected) -> None:
+    f = fact(line)
+    assert (None if f is None else (f.turns, f.input_tokens)) == expected
+
+
+def test_not_json_is_invalid() -> None:
+    for bad in (b"not even json", b'{"a": NaN}', b"\xef\xbb\xbf{}", b'{"a":1'):
+        with pytest.raises(Invalid):
+            fact(bad)
+    assert parse_go_time("2026-05-17T07:05:00.1234567891Z") % 10**9 == 123456789
