@@ -113,6 +113,23 @@ def test_file_lifecycle(tmp_path: Path) -> None:
     (offset, size) = led.conn.execute("SELECT byte_offset, size FROM source_checkpoints").fetchone()
     assert offset == size == f.stat().st_size
 
+    # a re-reported trial (same itemId, new content) replaces its row; run counters follow
+    with f.open("ab") as fh:
+        fh.write(synth.vally_trial_line(11).replace(b'"durationMs":', b'"durationMs":1'))
+    led.ingest_vally(src)
+    run = led.conn.execute("SELECT trials, passed, errors FROM runs WHERE run_dir = 'run-a'").fetchone()
+    recount = led.conn.execute("SELECT count(*), sum(passed), sum(status = 'error') FROM trials"
+                               " WHERE run_dir = 'run-a'").fetchone()
+    assert tuple(run) == tuple(recount) and recount[0] == 6
+
+    # the vally projections are derived state too
+    from agentledger.store.projections import rebuild
+
+    dump = lambda: [sorted(map(tuple, led.conn.execute(f"SELECT * FROM {t}"))) for t in ("runs", "trials")]  # noqa: E731
+    before = dump()
+    rebuild(led.conn)
+    assert dump() == before
+
 
 def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
     root = tmp_path / "out"

@@ -337,11 +337,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "sessions": one("SELECT count(DISTINCT source || char(0) || session_id) FROM sessions"),
         "quarantined": one("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL"),
         "last_event": dict(last) if last else None,
-        "sources": [
-            {**dict(r), "files": one("SELECT count(*) FROM source_checkpoints WHERE source = ?", r["source"]),
-             "iterations": one("SELECT count(*) FROM iterations WHERE source = ?", r["source"])}
-            for r in conn.execute("SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY source")
-        ],
+        "sources": [_source_status(conn, dict(r)) for r in conn.execute(
+            "SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY kind, source")],
     }
     conn.close()
     if args.json:
@@ -360,9 +357,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     if last:
         print(f"last event    #{last['seq']} {last['type']} at {last['recorded_at']}")
     for s in data["sources"]:
-        print(f"source        {s['root']}  (repo {s['repo']}, trunk {s['trunk']}; "
-              f"{s['files']} files, {s['iterations']} iterations)")
+        if s["kind"] == "iteration_log":
+            print(f"source        {s['root']}  (repo {s['repo']}, trunk {s['trunk']}; "
+                  f"{s['files']} files, {s['iterations']} iterations)")
+        else:
+            print(f"source        {s['root']}  ({s['kind']}; {s['files']} files, {s['bytes_read']} bytes read, "
+                  f"{s['lag_bytes']} bytes behind)")
+            for f in s["tailed"]:
+                if f["lag_bytes"]:
+                    print(f"                {f['path']}: offset {f['offset']}, {f['lag_bytes']} bytes behind")
     return EXIT_OK
+
+
+def _source_status(conn, src: dict) -> dict:
+    """Files tracked, and for tailed sources each file's offset and lag (bytes behind its end)."""
+    from pathlib import Path
+
+    src["files"] = conn.execute("SELECT count(*) FROM source_checkpoints WHERE source = ?",
+                                (src["source"],)).fetchone()[0]
+    if src["kind"] == "iteration_log":
+        src["iterations"] = conn.execute("SELECT count(*) FROM iterations WHERE source = ?",
+                                         (src["source"],)).fetchone()[0]
+        return src
+    tailed = []
+    for path, offset, line_no in conn.execute(
+            "SELECT path, byte_offset, line_no FROM source_checkpoints WHERE source = ? ORDER BY path",
+            (src["source"],)):
+        try:
+            size = (Path(src["root"]) / path).stat().st_size
+        except OSError:
+            size = None
+        tailed.append({"path": path, "offset": offset, "lines": line_no, "size": size,
+                       "lag_bytes": max(size - offset, 0) if size is not None else None})
+    src["tailed"] = tailed
+    src["bytes_read"] = sum(f["offset"] for f in tailed)
+    src["lag_bytes"] = sum(f["lag_bytes"] or 0 for f in tailed)
+    return src
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:

@@ -59,16 +59,16 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
                                    f"invalid UTF-8 at byte {exc.start} of line {item.line_no}"))
             continue
         try:
-            kind = P.classify(data)
+            kind, facts = P.parse(data)
             if kind == "trial":
-                facts = P.trial_facts(data)
+                assert facts is not None
                 out.append(Event("trial.completed", stream, source,
                                  f"vally|{source}|{run_dir}|{facts['item_id']}|{sha}",
                                  {"run_dir": run_dir, "file": rel, "trial": facts, "raw": raw},
                                  source_path=rel, source_position=f"@{item.offset}"))
             elif kind in ("run-summary", "experiment-run-summary"):
                 out.append(Event("run.summarized", stream, source, f"vally|{source}|{rel}|summary|{sha}",
-                                 {"run_dir": run_dir, "file": rel, "summary": P.summary_facts(data), "raw": raw},
+                                 {"run_dir": run_dir, "file": rel, "summary": facts, "raw": raw},
                                  source_path=rel, source_position=f"@{item.offset}"))
             else:
                 log.info("vally: %s line %d: record type %s skipped", rel, item.line_no, kind[6:])

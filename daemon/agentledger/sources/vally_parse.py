@@ -64,12 +64,6 @@ class Experiment(_Model):
     baseline: str = ""
 
 
-class Line(_Model):
-    """What every line is asked first: its type."""
-
-    type: str | None = None
-
-
 class TrialResult(_Model):
     type: str | None = None
     itemId: str | None = None
@@ -88,14 +82,14 @@ class TrialResult(_Model):
     runId: str | None = None
 
 
-class RunSummary(_Model):
-    type: str
-    runId: str | None = None
-    experiment: str | None = None
-    variant: str | None = None
+class AnyLine(TrialResult):
+    """Every record kind in one model, so each line is parsed once. ``experiment``
+    is a string on run summaries and an object on trials; summaries' fields
+    that collide with trial fields keep the trial's type (read from ``Any``)."""
+
+    experiment: Experiment | str | None = None  # type: ignore[assignment]
     passed: bool | None = None
-    status: str | None = None
-    evals: list[dict[str, Any]] | None = None
+    evals: list[Any] | None = None
     vallyVersion: str | None = None
 
 
@@ -109,25 +103,25 @@ def _reason(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg', 'invalid')}"
 
 
-def classify(data: bytes) -> str:
-    """``trial`` | ``run-summary`` | ``experiment-run-summary`` | ``other:<type>``; raises BadLine."""
+def parse(data: bytes) -> tuple[str, dict[str, Any] | None]:
+    """(kind, facts) of one line: kind is ``trial``, ``run-summary``,
+    ``experiment-run-summary`` or ``other:<type>`` (facts None). Raises BadLine."""
     try:
-        head = Line.model_validate_json(data)
+        r = AnyLine.model_validate_json(data)
     except ValidationError as exc:
-        raise BadLine(f"not a JSON object: {_reason(exc)}") from None
-    t = head.type
-    if t in (None, "", "trial-result"):
-        return "trial"  # untyped lines are legacy (pre-0.6) trial records
+        errs = exc.errors(include_url=False)
+        if errs and errs[0].get("type") in ("json_invalid", "model_type", "model_attributes_type"):
+            raise BadLine(f"not a JSON object: {_reason(exc)}") from None
+        raise BadLine(f"record: {_reason(exc)}") from None
+    t = r.type
+    if t in (None, "", "trial-result"):  # untyped lines are legacy (pre-0.6) trial records
+        return "trial", _trial(r)
     if t in ("run-summary", "experiment-run-summary"):
-        return t
-    return f"other:{t}"
+        return t, _summary(r)
+    return f"other:{t}", None
 
 
-def trial_facts(data: bytes) -> dict[str, Any]:
-    try:
-        r = TrialResult.model_validate_json(data)
-    except ValidationError as exc:
-        raise BadLine(f"trial-result: {_reason(exc)}") from None
+def _trial(r: AnyLine) -> dict[str, Any]:
     index = r.trialIndex
     if index is None:
         m = _TRIAL_N.search(r.itemId or r.shardKey or "")
@@ -142,7 +136,7 @@ def trial_facts(data: bytes) -> dict[str, Any]:
         tool_errors = sum(1 for e in traj.events if e.type == "tool_result"
                           and isinstance(e.data, dict) and e.data.get("success") is False)
     grade = r.gradeResult
-    exp = r.experiment
+    exp = r.experiment if isinstance(r.experiment, Experiment) else None
     return {
         "item_id": item,
         "run_id": r.runId or (exp.runId if exp else "") or "",
@@ -167,20 +161,17 @@ def trial_facts(data: bytes) -> dict[str, Any]:
     }
 
 
-def summary_facts(data: bytes) -> dict[str, Any]:
-    try:
-        s = RunSummary.model_validate_json(data)
-    except ValidationError as exc:
-        raise BadLine(f"run summary: {_reason(exc)}") from None
-    experiment = s.type == "experiment-run-summary"
+def _summary(r: AnyLine) -> dict[str, Any]:
+    experiment = r.type == "experiment-run-summary"
+    name = r.experiment if isinstance(r.experiment, str) else (r.experiment.name if r.experiment else "")
     return {
         "kind": "experiment" if experiment else "eval",
-        "run_id": s.runId or "",
-        "experiment": s.experiment or "",
-        "variant": s.variant or "",
+        "run_id": r.runId or "",
+        "experiment": name or "",
+        "variant": r.variant or "",
         # A plain eval's run is complete when its summary lists evals (spec §9).
-        "complete": experiment or bool(s.evals),
-        "passed": s.passed,
-        "status": s.status,
-        "vally_version": s.vallyVersion,
+        "complete": experiment or bool(r.evals),
+        "passed": r.passed,
+        "status": r.status or None,
+        "vally_version": r.vallyVersion,
     }

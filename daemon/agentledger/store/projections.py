@@ -54,7 +54,8 @@ class Projector:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         self.dirty_sessions: set[tuple[str, str, str]] = set()
-        self.dirty_runs: set[tuple[str, str]] = set()
+        self.run_deltas: dict[tuple[str, str], list[int]] = {}  # (source, run_dir) -> [trials, passed, errors, seq]
+        self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
         self.touched_sessions: set[tuple[str, str, str]] = set()
 
     # -- dispatch -------------------------------------------------------------
@@ -66,9 +67,11 @@ class Projector:
 
     def flush(self) -> set[tuple[str, str, str]]:
         """Recompute touched sessions; returns the (source, session, rubric) keys changed."""
-        for source, run_dir in sorted(self.dirty_runs):
-            self._recompute_run(source, run_dir)
-        self.dirty_runs.clear()
+        for (source, run_dir), (n, passed, errors, seq) in sorted(self.run_deltas.items()):
+            self.conn.execute(
+                "UPDATE runs SET trials = trials + ?, passed = passed + ?, errors = errors + ?,"
+                " seq = max(seq, ?) WHERE source = ? AND run_dir = ?", (n, passed, errors, seq, source, run_dir))
+        self.run_deltas.clear()
         changed = set()
         for key in sorted(self.dirty_sessions):
             if self._recompute_session(*key):
@@ -220,19 +223,26 @@ class Projector:
     # -- vally ------------------------------------------------------------------------
     def _ensure_run(self, source: str, run_dir: str, run_id: str, kind: str, experiment: str,
                     variant: str, seq: int) -> None:
+        key, facts = (source, run_dir), (run_id, kind, experiment, variant)
+        if self._runs_known.get(key) == facts:
+            return  # same run, same facts: seq is settled when the run is recomputed
+        self._runs_known[key] = facts
         self.conn.execute(
             "INSERT INTO runs (source, run_dir, run_id, kind, experiment, variant, trials, passed, errors,"
             " complete, summary, seq) VALUES (?,?,?,?,?,?,0,0,0,0,NULL,?) ON CONFLICT (source, run_dir)"
             " DO UPDATE SET run_id = CASE WHEN excluded.run_id <> '' THEN excluded.run_id ELSE run_id END,"
             " experiment = CASE WHEN excluded.experiment <> '' THEN excluded.experiment ELSE experiment END,"
             " variant = CASE WHEN excluded.variant <> '' THEN excluded.variant ELSE variant END,"
-            " kind = CASE WHEN excluded.kind = 'experiment' THEN 'experiment' ELSE kind END, seq = excluded.seq",
+            " kind = CASE WHEN excluded.kind = 'experiment' THEN 'experiment' ELSE kind END,"
+            " seq = max(seq, excluded.seq)",
             (source, run_dir, run_id, kind, experiment, variant, seq))
 
     def _trial_completed(self, ev: Event, p: dict[str, Any]) -> None:
         t, raw = p["trial"], p["raw"]
         self._ensure_run(ev.source, p["run_dir"], t["run_id"], "experiment" if t["experiment"] else "eval",
                          t["experiment"], t["variant"], ev.seq)  # type: ignore[arg-type]
+        old = self.conn.execute("SELECT passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
+                                " AND item_id = ?", (ev.source, p["run_dir"], t["item_id"])).fetchone()
         self.conn.execute(
             "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model, variant,"
             " trial_index, status, duration_ms, grade_passed, grade_score, passed, input_tokens, output_tokens,"
@@ -244,7 +254,12 @@ class Projector:
              t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
              t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
              raw["sha256"], ev.seq))
-        self.dirty_runs.add((ev.source, p["run_dir"]))
+        # The run's counters move by this trial's delta (a re-reported trial replaces its row).
+        d = self.run_deltas.setdefault((ev.source, p["run_dir"]), [0, 0, 0, 0])
+        d[0] += 0 if old else 1
+        d[1] += int(t["passed"]) - (old[0] if old else 0)
+        d[2] += int(t["status"] == "error") - (old[1] if old else 0)
+        d[3] = max(d[3], ev.seq or 0)
 
     def _run_summarized(self, ev: Event, p: dict[str, Any]) -> None:
         s = p["summary"]
@@ -252,7 +267,6 @@ class Projector:
                          ev.seq)  # type: ignore[arg-type]
         self.conn.execute("UPDATE runs SET complete = ?, summary = ? WHERE source = ? AND run_dir = ?",
                           (int(s["complete"]), canonical_json(s), ev.source, p["run_dir"]))
-        self.dirty_runs.add((ev.source, p["run_dir"]))
 
     def _transcript_turns(self, ev: Event, p: dict[str, Any]) -> None:
         self.conn.executemany(
@@ -264,13 +278,6 @@ class Projector:
     def _source_reset(self, ev: Event, p: dict[str, Any]) -> None:
         if p.get("kind") == "transcript":  # the facts of the old content no longer stand
             self.conn.execute("DELETE FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))
-
-    def _recompute_run(self, source: str, run_dir: str) -> None:
-        self.conn.execute(
-            "UPDATE runs SET trials = t.n, passed = t.passed, errors = t.errors FROM (SELECT count(*) AS n,"
-            " coalesce(sum(passed), 0) AS passed, coalesce(sum(status = 'error'), 0) AS errors FROM trials"
-            " WHERE source = ? AND run_dir = ?) AS t WHERE runs.source = ? AND runs.run_dir = ?",
-            (source, run_dir, source, run_dir))
 
     # -- sessions -------------------------------------------------------------------
     def _recompute_session(self, source: str, session_id: str, version: str) -> bool:

@@ -1,0 +1,155 @@
+"""Benchmarks for JSONL tailing (issue #3). Prints figures; asserts nothing.
+
+    python bench/bench_tailing.py [--sizes-mb 10,1024] [--transcripts-mb 200] [--out DIR]
+
+For each size it writes a vally ``results.jsonl`` of realistic ~16 KB
+trial-result lines, then measures, in fresh processes:
+
+* ``agentledger ingest --once --vally DIR``: MB/s, lines/s, peak RSS;
+* a bare baseline over the same file: read lines, ``json.loads``, pick the same
+  normalised fields, one batched SQLite insert (target: agentledger ≥ 60 % of it);
+
+and the same for a directory of Claude transcripts (through an iteration log
+whose transcript directory it is). The append-to-sidecar latency target needs
+the daemon loop (issue #4) and is measured there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentledger import synth
+
+BASELINE = r'''
+import json, sqlite3, sys, time
+path, db = sys.argv[1], sys.argv[2]
+conn = sqlite3.connect(db, isolation_level=None)
+conn.execute("CREATE TABLE t (item TEXT, eval TEXT, model TEXT, status TEXT, passed INT, input INT, output INT,"
+             " tools INT, errors INT, off INT)")
+conn.execute("BEGIN")
+rows, off = [], 0
+with open(path, "rb") as fh:
+    for line in fh:
+        r = json.loads(line)
+        t = r.get("trajectory") or {}
+        m = t.get("metrics") or {}
+        u = m.get("tokenUsage") or {}
+        g = r.get("gradeResult") or {}
+        errors = sum(1 for e in t.get("events", ()) if e.get("type") == "tool_result"
+                     and (e.get("data") or {}).get("success") is False)
+        rows.append((r.get("itemId"), r.get("evalName"), r.get("model"), r.get("status"),
+                     int(bool(g.get("passed"))), u.get("inputTokens"), u.get("outputTokens"),
+                     m.get("toolCallCount"), errors, off))
+        off += len(line)
+        if len(rows) >= 2000:
+            conn.executemany("INSERT INTO t VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            rows.clear()
+conn.executemany("INSERT INTO t VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+conn.execute("COMMIT")
+'''
+
+
+def run(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one child process."""
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.execvp(cmd[0], cmd)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return time.perf_counter() - t, usage.ru_maxrss
+
+
+def write_results(path: Path, mb: int) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target, lines = mb * 1024 * 1024, 0
+    with path.open("wb", buffering=1 << 20) as fh:
+        while fh.tell() < target:
+            fh.write(synth.vally_trial_line(lines, pad=15000))
+            lines += 1
+    return lines
+
+
+def write_transcripts(d: Path, mb: int) -> int:
+    d.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(1)
+    lines = 0
+    per_file = max(1, mb // 20) * 1024 * 1024
+    for k in range(20):
+        with (d / f"session-{k:02d}.jsonl").open("wb", buffering=1 << 20) as fh:
+            t0 = 1_760_000_000 + k * 86400
+            while fh.tell() < per_file:
+                ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0 + lines)) + ".000Z"
+                if lines % 3:
+                    rec = {"type": "assistant", "timestamp": ts, "sessionId": f"s{k}", "cwd": "/repo",
+                           "message": {"role": "assistant", "content": [{"type": "text", "text": "x" * 1500}],
+                                       "usage": {"input_tokens": rng.randint(1, 900), "output_tokens": 50,
+                                                 "cache_read_input_tokens": 4000, "cache_creation_input_tokens": 300}}}
+                else:
+                    rec = {"type": "user", "timestamp": ts, "message": {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": f"t{lines}", "is_error": rng.random() < 0.1,
+                         "content": "y" * 1500}]}}
+                fh.write(json.dumps(rec).encode() + b"\n")
+                lines += 1
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes-mb", default="10,1024")
+    ap.add_argument("--transcripts-mb", type=int, default=200)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-tail-bench-"))
+    py = sys.executable
+    results = []
+    for mb in (int(s) for s in args.sizes_mb.split(",")):
+        root = out / f"vally-{mb}"
+        shutil.rmtree(root, ignore_errors=True)
+        f = root / "runs" / "2026-07-31T11-17-14-108Z" / "baseline" / "results.jsonl"
+        lines = write_results(f, mb)
+        size = f.stat().st_size / 1e6
+        base_s, base_rss = run([py, "-c", BASELINE, str(f), str(root / "baseline.sqlite")])
+        ours_s, ours_rss = run([py, "-m", "agentledger", "ingest", "--once", "--vally", str(root / "runs"),
+                                "--db", str(root / "ledger.sqlite"), "-q"])
+        results.append({"input_mb": round(size, 1), "lines": lines,
+                        "agentledger_mb_s": round(size / ours_s, 1), "agentledger_lines_s": round(lines / ours_s),
+                        "baseline_mb_s": round(size / base_s, 1), "ratio": round(base_s / ours_s, 2),
+                        "agentledger_peak_rss_mb": round(ours_rss / 1024), "baseline_peak_rss_mb": round(base_rss / 1024)})
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{'input':>9} {'lines':>8} {'agentledger':>13} {'lines/s':>9} {'baseline':>10} {'ratio':>6} {'peak RSS':>9}")
+    for r in results:
+        print(f"{r['input_mb']:>6} MB {r['lines']:>8} {r['agentledger_mb_s']:>8} MB/s {r['agentledger_lines_s']:>9}"
+              f" {r['baseline_mb_s']:>5} MB/s {r['ratio']:>6} {r['agentledger_peak_rss_mb']:>6} MB")
+    if args.transcripts_mb:
+        root = out / "transcripts"
+        shutil.rmtree(root, ignore_errors=True)
+        lines = write_transcripts(root / "claude", args.transcripts_mb)
+        size = sum(p.stat().st_size for p in (root / "claude").iterdir()) / 1e6
+        gen = synth.generate(root / "log", 20)
+        secs, rss = run([py, "-m", "agentledger", "ingest", "--once", "--iteration-log", str(gen.log),
+                         "--repo", str(gen.repo), "--transcripts", str(root / "claude"),
+                         "--db", str(root / "ledger.sqlite"), "-q"])
+        print(f"Claude transcripts: {size:.0f} MB, {lines} lines in {secs:.1f} s: {size / secs:.1f} MB/s, "
+              f"{lines / secs:.0f} lines/s, peak RSS {rss // 1024} MB")
+        results.append({"transcripts_mb": round(size), "lines": lines, "mb_s": round(size / secs, 1),
+                        "peak_rss_mb": rss // 1024})
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(results))
+    if not args.out:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
