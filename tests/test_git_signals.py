@@ -138,3 +138,31 @@ def test_not_a_git_repository_is_reported_not_fatal(tmp_path: Path) -> None:
         assert "is not a git repository" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("expected SourceError")
+
+
+def test_commit_landing_after_close_flips_landed_and_rewrites_only_that_sidecar(tmp_path: Path, make_repo) -> None:
+    from .conftest import run_cli
+
+    repo: Repo = make_repo()
+    base = repo.commit("base", {"a": "1"})
+    repo.git("checkout", "-q", "-b", "feature")
+    feature = repo.commit("feature work", {"f": "1"})
+    repo.git("checkout", "-q", "master")
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(record(1, base))
+    (log / "iter-2.yaml").write_text(record(2, feature))
+    args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", "--once", *args)[0] == 0
+    assert f"commit {feature[:12]} not reachable from master" in (log / "iter-2.score.yaml").read_text()
+    before = {n: (log / f"iter-{n}.score.yaml").stat().st_mtime_ns for n in (1, 2)}
+
+    repo.git("merge", "-q", "--no-ff", "-m", "merge feature", "feature")  # it lands after closing
+    code, out, _ = run_cli("ingest", "--once", "--json", *args)
+    assert code == 0 and __import__("json").loads(out)["sidecars_written"] == 1
+    assert f"commit {feature[:12]} reachable from master, not reverted" in (log / "iter-2.score.yaml").read_text()
+    assert (log / "iter-1.score.yaml").stat().st_mtime_ns == before[1]
+
+    repo.git("revert", "--no-edit", feature)  # and is reverted later (a revert of the merge would name the merge)
+    run_cli("ingest", "--once", *args)
+    assert f"commit {feature[:12]} reachable but reverted by" in (log / "iter-2.score.yaml").read_text()

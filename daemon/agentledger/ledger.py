@@ -246,7 +246,7 @@ class Ledger:
             pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
             try:
                 batches = jsonl.tail(root / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes,
-                                     max_batch_bytes=32 << 20, max_lines=5000)
+                                     max_batch_bytes=16 << 20, max_lines=5000)
                 for batch in batches:
                     self._commit_jsonl(src_id, rel, batch, events_for(src_id, rel, batch, previous), report)
                     previous = None  # a reset is reported once, on the batch that restarted
