@@ -110,3 +110,31 @@ def test_not_json_is_invalid() -> None:
         with pytest.raises(Invalid):
             fact(bad)
     assert parse_go_time("2026-05-17T07:05:00.1234567891Z") % 10**9 == 123456789
+
+
+def test_vally_trajectories_as_opt_in_transcripts(tmp_path: Path, make_repo) -> None:
+    fixtures = need_fixtures()
+    repo = make_repo()
+    c1 = repo.commit("one", {"a": "1"}, date="2026-07-31T11:00:00Z")
+    c2 = repo.commit("two", {"b": "2"}, date="2026-07-31T12:00:00Z")
+    log = tmp_path / "log"
+    log.mkdir()
+    for n, sha in ((1, c1), (2, c2)):
+        (log / f"iter-{n}.yaml").write_text(f"schema_version: 2\niteration: {n}\ncommit: {sha}\n")
+    runs = tmp_path / "vally" / "2026-07-31T11-17-14-108Z" / "baseline"
+    runs.mkdir(parents=True)
+    shutil.copy(fixtures / "vally" / "baseline__results.first-record.jsonl", runs / "results.jsonl")
+    db = ["--db", str(tmp_path / "l.sqlite")]
+    base = ["--iteration-log", str(log), "--repo", str(repo.path), *db]
+    # first as a plain vally source: no transcript facts, the window is empty
+    assert run_cli("ingest", "--once", "--vally", str(tmp_path / "vally"), *base)[0] == 0
+    two = rows(run_cli("score", "2", "--json", *base)[1])
+    assert two["token_efficiency"]["detail"] == "no transcript covers the iteration window"
+    # opted in: its six token_usage events are turns, its tool results count
+    opt = [*base, "--transcripts", f"vally:{tmp_path / 'vally'}"]
+    assert run_cli("ingest", "--once", *opt)[0] == 0
+    two = rows(run_cli("score", "2", "--json", *opt)[1])
+    assert two["token_efficiency"]["detail"] == "backfilled from 6 transcript turn(s): cache_hit_rate 0.824"
+    assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections, 57% tool-error rate"
+    (r,) = json.loads(run_cli("runs", "--json", *db)[1])
+    assert r["trials"] == 1  # read twice (plain, then with turns), counted once

@@ -35,6 +35,7 @@ class IterationLogSource:
     trunk: str = DEFAULT_TRUNK
     name: str = ""
     transcripts: tuple[Path, ...] = ()  # Claude/Codex transcript directories (read non-recursively)
+    vally_transcripts: tuple[Path, ...] = ()  # opt-in: vally trajectories count as transcripts
 
     @property
     def id(self) -> str:
@@ -172,8 +173,20 @@ def make_source(path: str | Path, repo: str | Path, trunk: str = DEFAULT_TRUNK, 
     r = (base / os.path.expanduser(str(repo))).resolve()
     if not isinstance(trunk, str) or not trunk.strip():
         raise ConfigError("trunk must be a non-empty branch name")
-    t = tuple((base / os.path.expanduser(str(d))).resolve() for d in transcripts)
-    return IterationLogSource(path=p, repo=r, trunk=trunk, name=name, transcripts=t)
+    plain, vally = split_transcripts(transcripts, base)
+    return IterationLogSource(path=p, repo=r, trunk=trunk, name=name, transcripts=plain, vally_transcripts=vally)
+
+
+def split_transcripts(entries, base: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """``DIR`` is a Claude/Codex transcript directory; ``vally:DIR`` opts a vally results
+    tree in, its trials' trajectories counting as transcripts."""
+    plain, vally = [], []
+    for entry in entries:
+        text = str(entry)
+        target = vally if text.startswith("vally:") else plain
+        text = text.removeprefix("vally:")
+        target.append((base / os.path.expanduser(text)).resolve())
+    return tuple(dict.fromkeys(plain)), tuple(dict.fromkeys(vally))
 
 
 def find_config_file(explicit: str | None) -> Path | None:
@@ -258,6 +271,7 @@ def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = N
     elif trunk:
         cfg = replace(cfg, iteration_logs=tuple(replace(s, trunk=trunk) for s in cfg.iteration_logs))
     if transcripts:
-        dirs = tuple(Path(os.path.expanduser(t)).resolve() for t in transcripts)
-        cfg = replace(cfg, iteration_logs=tuple(replace(s, transcripts=dirs) for s in cfg.iteration_logs))
+        plain, vally_dirs = split_transcripts(transcripts, Path.cwd())
+        cfg = replace(cfg, iteration_logs=tuple(replace(s, transcripts=plain, vally_transcripts=vally_dirs)
+                                                for s in cfg.iteration_logs))
     return cfg

@@ -201,6 +201,9 @@ class Ledger:
         self._commit(src, self._observe(src, cands, rels, report), report)
         for directory in src.transcripts:
             report.add(self.ingest_transcripts(directory))
+        for directory in src.vally_transcripts:
+            if directory.is_dir():
+                report.add(self.ingest_vally(VallySource(directory)))
         return report
 
     def _artifact_refs(self, src: IterationLogSource, iterations: list[int] | None) -> list[tuple[str, str]]:
@@ -222,6 +225,10 @@ class Ledger:
 
         if not src.path.is_dir():
             return Report(errors=[f"{src.path}: vally directory does not exist"])
+        wanted = {d for s in self.cfg.iteration_logs for d in s.vally_transcripts}
+        if src.path in wanted:
+            return self._ingest_tailed(src.id, src.path, vally.discover(src.path),
+                                       vally.events_for_with_trajectories, mode="jsonl+turns")
         return self._ingest_tailed(src.id, src.path, vally.discover(src.path), vally.events_for)
 
     def ingest_transcripts(self, directory: Path) -> Report:
@@ -233,28 +240,34 @@ class Ledger:
         return self._ingest_tailed(str(directory), directory, transcripts.discover(directory),
                                    transcripts.events_for)
 
-    def _ingest_tailed(self, source: str, root: Path, rels: list[str], events_for) -> Report:
+    def _ingest_tailed(self, source: str, root: Path, rels: list[str], events_for, mode: str = "jsonl") -> Report:
+        """Tail ``rels`` under ``root``. ``mode`` is recorded with each file's position:
+        a file last read in another mode (e.g. before its trajectories were opted in)
+        is read again from the start; idempotency keys keep the old events unique."""
         from .sources import jsonl
 
         report = Report()
         src_id = source
         for rel in rels:
             row = self.conn.execute(
-                "SELECT byte_offset, line_no, fingerprint FROM source_checkpoints WHERE source = ? AND path = ?",
+                "SELECT byte_offset, line_no, fingerprint, kind FROM source_checkpoints WHERE source = ? AND path = ?",
                 (src_id, rel)).fetchone()
+            if row is not None and row[3] != mode:
+                row = None
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
             pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
             try:
                 batches = jsonl.tail(root / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes,
                                      max_batch_bytes=16 << 20, max_lines=5000)
                 for batch in batches:
-                    self._commit_jsonl(src_id, rel, batch, events_for(src_id, rel, batch, previous), report)
+                    self._commit_jsonl(src_id, rel, batch, events_for(src_id, rel, batch, previous), report, mode)
                     previous = None  # a reset is reported once, on the batch that restarted
             except OSError as exc:  # vanished or unreadable: keep its history, say so
                 report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
 
-    def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report) -> None:
+    def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report,
+                      mode: str = "jsonl") -> None:
         """The events of one batch and the position after it: one transaction (exactly once)."""
         if not events and batch.end.offset == 0 and batch.reset is None:
             return
@@ -273,12 +286,12 @@ class Ledger:
             dev, ino, size, mtime = batch.stat or (None, None, None, None)
             self.conn.execute(
                 "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, byte_offset,"
-                " line_no, fingerprint, last_seq) VALUES (?, ?, 'jsonl', ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (source, path) DO UPDATE SET dev = excluded.dev, ino = excluded.ino,"
+                " line_no, fingerprint, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (source, path) DO UPDATE SET kind = excluded.kind, dev = excluded.dev, ino = excluded.ino,"
                 " size = excluded.size, mtime_ns = excluded.mtime_ns, byte_offset = excluded.byte_offset,"
                 " line_no = excluded.line_no, fingerprint = excluded.fingerprint,"
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
-                (source, rel, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
+                (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
                  batch.end.fingerprint, last))
         report.files_read += 1
 
@@ -417,10 +430,10 @@ class Ledger:
             below = rows[-1][0]
 
     def _transcript_totals(self, src: IterationLogSource, window: tuple[int | None, int]) -> TranscriptTotals:
-        if not src.transcripts:
+        if not (src.transcripts or src.vally_transcripts):
             return TranscriptTotals()
         start, end = window
-        dirs = [str(d) for d in src.transcripts]
+        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
         sql = ("SELECT coalesce(sum(turns), 0), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
                " coalesce(sum(cache_read), 0), coalesce(sum(cache_creation), 0), coalesce(sum(tool_results), 0),"
                " coalesce(sum(tool_errors), 0) FROM transcript_facts"

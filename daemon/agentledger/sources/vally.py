@@ -32,8 +32,14 @@ def discover(root: Path) -> list[str]:
     return sorted(out)
 
 
-def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> list[Event]:
-    """The events one tailed batch of ``rel`` stands for (keys make re-reads harmless)."""
+def events_for_with_trajectories(source: str, rel: str, batch: Batch, previous: dict | None) -> list[Event]:
+    return events_for(source, rel, batch, previous, trajectories=True)
+
+
+def events_for(source: str, rel: str, batch: Batch, previous: dict | None, *,
+               trajectories: bool = False) -> list[Event]:
+    """The events one tailed batch of ``rel`` stands for (keys make re-reads harmless).
+    With ``trajectories``, trials also carry turn facts from their trajectory events."""
     from . import vally_parse as P
 
     run_dir = os.path.dirname(rel) or "."
@@ -62,9 +68,12 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
             kind, facts = P.parse(data)
             if kind == "trial":
                 assert facts is not None
+                payload = {"run_dir": run_dir, "file": rel, "trial": facts, "raw": raw}
+                if trajectories:
+                    payload["facts"] = P.trajectory_facts(data, item.offset)
                 out.append(Event("trial.completed", stream, source,
-                                 f"vally|{source}|{run_dir}|{facts['item_id']}|{sha}",
-                                 {"run_dir": run_dir, "file": rel, "trial": facts, "raw": raw},
+                                 f"vally|{source}|{run_dir}|{facts['item_id']}|{sha}"
+                                 + ("|turns" if trajectories else ""), payload,
                                  source_path=rel, source_position=f"@{item.offset}"))
             elif kind in ("run-summary", "experiment-run-summary"):
                 out.append(Event("run.summarized", stream, source, f"vally|{source}|{rel}|summary|{sha}",

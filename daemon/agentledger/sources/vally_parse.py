@@ -44,6 +44,7 @@ class ToolResultData(_Model):
 
 class TrajectoryEvent(_Model):
     type: str = ""
+    timestamp: str = ""
     data: Any = None
 
 
@@ -159,6 +160,31 @@ def _trial(r: AnyLine) -> dict[str, Any]:
         "tool_errors": tool_errors,
         "turns": metrics.turnCount,
     }
+
+
+def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
+    """Turn facts from a trial's trajectory (the opt-in third transcript kind):
+    ``token_usage`` events are turns with tokens, ``tool_result`` events tool results."""
+    from .transcript_parse import parse_go_time
+
+    r = AnyLine.model_validate_json(data)
+    if r.trajectory is None:
+        return []
+    out = []
+    for k, e in enumerate(r.trajectory.events):
+        if e.type not in ("token_usage", "tool_result") or not isinstance(e.data, dict):
+            continue
+        ts = parse_go_time(e.timestamp)
+        if ts is None:
+            continue
+        d = e.data
+        if e.type == "token_usage":
+            nums = [d.get(key) for key in ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")]
+            nums = [n if type(n) is int else 0 for n in nums]
+            out.append([line_offset + k, ts, "vally", *nums, 1, 0, 0])
+        else:
+            out.append([line_offset + k, ts, "vally", 0, 0, 0, 0, 0, 1, int(d.get("success") is False)])
+    return out
 
 
 def _summary(r: AnyLine) -> dict[str, Any]:

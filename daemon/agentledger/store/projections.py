@@ -254,6 +254,8 @@ class Projector:
              t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
              t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
              raw["sha256"], ev.seq))
+        if p.get("facts"):
+            self._transcript_turns(ev, p)
         # The run's counters move by this trial's delta (a re-reported trial replaces its row).
         d = self.run_deltas.setdefault((ev.source, p["run_dir"]), [0, 0, 0, 0])
         d[0] += 0 if old else 1
