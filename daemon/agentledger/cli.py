@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = cmd("ingest", "Scan the sources, append new events, score, write sidecars.")
     p.add_argument("--once", action="store_true", help="scan once and exit (required until `run` exists)")
+    p.add_argument("--rescore-all", action="store_true",
+                   help="recompute every iteration's inputs, not only those the changes can affect")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = cmd("score", "Ingest and score one iteration (the close-task hook), print its breakdown.")
@@ -182,7 +184,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         for src in ledger.cfg.iteration_logs:
             if src.path.is_dir():
                 try:
-                    total.add(ledger.score(src))
+                    if args.rescore_all or backfill is not None:
+                        total.add(ledger.score(src))
+                    else:
+                        todo = ledger.affected(src)
+                        if todo:
+                            total.add(ledger.score(src, todo))
+                    ledger.record_trunk(src)
                     total.add(ledger.sync_sidecars(src))
                 except SourceError as exc:
                     total.errors.append(str(exc))

@@ -314,6 +314,26 @@ class GitRepo:
             return LandedFacts(raw=raw, resolved=sha)
         return LandedFacts(raw=raw, resolved=sha, reachable=True, reverted_by=log.first_revert(sha, pos))
 
+    def is_ancestor(self, old: str, new: str) -> bool:
+        return self._run("merge-base", "--is-ancestor", old, new).returncode == 0
+
+    def range_facts(self, old: str, new: str) -> tuple[set[str], set[str], set[str]]:
+        """Commits in ``old..new``: their SHAs, case-folded subjects, and the hex runs
+        of those whose body says revert (what can change a record's ``landed``)."""
+        proc = self._run("log", f"{old}..{new}", "--format=%H%x1f%s%x1f%B%x1e")
+        shas, subjects, runs = set(), set(), set()
+        for rec in proc.stdout.decode("utf-8", "replace").split("\x1e"):
+            rec = rec.strip()
+            if not rec:
+                continue
+            sha, _, rest = rec.partition("\x1f")
+            subject, _, body = rest.partition("\x1f")
+            shas.add(sha)
+            subjects.add(subject.strip().casefold())
+            if "revert" in body.lower():
+                runs |= {r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40}
+        return shas, subjects, runs
+
     # -- changed files (§4.5 step 4) ---------------------------------------------
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]

@@ -37,7 +37,7 @@ from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
 from .store.events import Event, append, canonical_json, content_hash, upcast
-from .store.projections import Projector, render_score_payload, session_document
+from .store.projections import Projector, Touched, render_score_payload, session_document
 
 log = logging.getLogger("agentledger")
 BATCH = 1000
@@ -80,6 +80,7 @@ class Ledger:
         self.conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
         self.limits = S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes)
         self._repos: dict[str, GitRepo] = {}
+        self.touched = Touched()  # what ingestion changed since the last scoring pass
 
     def close(self) -> None:
         for repo in self._repos.values():
@@ -141,6 +142,7 @@ class Ledger:
                 for obs in chunk:
                     self._commit_one(src, obs, projector, report)
                 projector.flush()
+            self.touched.merge(projector.touched)
 
     def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
                     report: Report) -> None:
@@ -293,6 +295,7 @@ class Ledger:
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
                 (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
                  batch.end.fingerprint, last))
+        self.touched.merge(projector.touched)
         report.files_read += 1
 
     # ------------------------------------------------------------------ scoring
@@ -390,6 +393,83 @@ class Ledger:
                 transcript=self._transcript_totals(src, windows[it]) if it in windows else None,
             ), texts[it]))
         return out
+
+    # -- which iterations can a change affect? ------------------------------------------------
+    def affected(self, src: IterationLogSource) -> list[int]:
+        """The iterations whose score inputs may have changed since the last pass.
+
+        From what ingestion touched: changed records (and the next iteration whose
+        commit resolves: its window starts at theirs), hook/labels files, records
+        pointing at a changed artifact (any iteration with a task id when a plan's
+        TASKS.yaml changed), transcript lines (the windows they fall in), and the
+        trunk (commits that became reachable, reverts and subjects in old..new, or
+        everything if history was rewritten); plus iterations with no score under
+        the active rubric. A full pass (``score(src)``) stays the backstop."""
+        t = self.touched
+        out = {it for s, it in t.iterations if s == src.id}
+        out |= {r[0] for r in self.conn.execute(
+            "SELECT iteration FROM iterations WHERE source = ? AND iteration NOT IN"
+            " (SELECT iteration FROM scores WHERE source = ? AND rubric_version = ?)",
+            (src.id, src.id, self.rubric.version))}
+        paths = {p for s, p in t.artifacts if s == src.id}
+        if paths:
+            if any(p.startswith(".agents/workflow/plans/") for p in paths):
+                out |= {r[0] for r in self.conn.execute(
+                    "SELECT iteration FROM iterations WHERE source = ? AND trim(task_id) <> ''", (src.id,))}
+            for it, _kind, raw in self._artifact_refs_by_iteration(src):
+                if resolve_artifact_path(raw) in paths:
+                    out.add(it)
+        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
+        times = sorted(ts for d in dirs for ts in t.transcript_times.get(d, ()))
+        tip = None
+        repo = self.repo(src)
+        if repo.check() is None:
+            tip = repo.trunk_tip()
+            row = self.conn.execute("SELECT trunk_tip FROM git_state WHERE source = ?", (src.id,)).fetchone()
+            trunk_moved = row is None or row[0] != tip
+            if out or times or trunk_moved:
+                rows = self.conn.execute(
+                    "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
+                    " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
+                res = repo.resolve([r[1] for r in rows])
+                ends = [(it, _ns(res[c].commit_time)) for it, c, _ in rows]
+                if trunk_moved:
+                    out |= self._trunk_affected(repo, row[0] if row else None, tip, rows, res)
+                out |= _window_successors(ends, out)
+                if times:
+                    out |= _windows_holding(ends, times)
+        self._pending_tip = (src.id, tip)
+        return sorted(out)
+
+    def record_trunk(self, src: IterationLogSource) -> None:
+        """After a pass that accounted for trunk moves, remember the tip it saw."""
+        pending = getattr(self, "_pending_tip", None)
+        tip = pending[1] if pending and pending[0] == src.id else self.repo(src).trunk_tip()
+        with store.write_transaction(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
+        self.touched = Touched()
+
+    def _trunk_affected(self, repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict) -> set[int]:
+        everything = {r[0] for r in rows}
+        if old is None or new is None or not repo.is_ancestor(old, new):
+            return everything  # first pass, no trunk, or rewritten history
+        shas, subjects, runs = repo.range_facts(old, new)
+        out = set()
+        for it, commit, summary in rows:
+            sha = res[commit].sha
+            if sha:
+                if sha in shas or any(sha.startswith(r) for r in runs):
+                    out.add(it)
+            elif summary and summary.strip().casefold() in subjects:
+                out.add(it)
+        return out
+
+    def _artifact_refs_by_iteration(self, src: IterationLogSource) -> list[tuple[int, str, str]]:
+        sql = (f"SELECT i.iteration, '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact')"
+               " FROM iteration_records i, json_each(i.record, '$.verifiers') v WHERE i.source = ?"
+               f" UNION ALL SELECT i.iteration, '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
+               " FROM iteration_records i WHERE i.source = ?")
+        return [(r[0], r[1], r[2]) for r in self.conn.execute(sql, (src.id, src.id)) if r[2]]
 
     # -- transcript windows (spec §4.7) ----------------------------------------------------
     def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, Record],
@@ -649,6 +729,36 @@ def score_payload(s: Score, digest: str, marker: bool) -> dict:
         "linked_traces": s.linked_traces, "marker": marker,
         "sidecar": sidecars.iteration_sidecar_name(s.iteration),
     }
+
+
+def _window_successors(ends: list[tuple[int, int | None]], changed: set[int]) -> set[int]:
+    """For each changed iteration, the next one (in order) whose commit resolves:
+    its window starts where the changed one's ends."""
+    out = set()
+    pending = False
+    for it, end in ends:
+        if pending and end is not None:
+            out.add(it)
+            pending = False
+        if it in changed:
+            pending = True
+    return out
+
+
+def _windows_holding(ends: list[tuple[int, int | None]], times: list[int]) -> set[int]:
+    """Iterations whose window (previous resolved end, own end] holds one of ``times`` (sorted)."""
+    import bisect
+
+    out = set()
+    prev = None
+    for it, end in ends:
+        if end is None:
+            continue
+        i = bisect.bisect_right(times, prev) if prev is not None else 0
+        if i < len(times) and times[i] <= end:
+            out.add(it)
+        prev = end
+    return out
 
 
 def _ns(iso: str | None) -> int | None:

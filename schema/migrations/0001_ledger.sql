@@ -158,7 +158,7 @@ SELECT s.source, s.iteration, s.rubric_version, s.scored, s.value, s.band, s.inp
 FROM scores s JOIN events e ON e.seq = s.seq;
 
 CREATE VIEW iteration_records AS
-SELECT i.source, i.iteration, i.file, i.kind, i.session_id, r.record
+SELECT i.source, i.iteration, i.file, i.kind, i.session_id, i.task_id, i.commit_ref, r.record
 FROM iterations i JOIN record_files r
   ON r.source = i.source AND r.file = i.file AND r.ordinal = i.ordinal;
 

@@ -20,3 +20,11 @@ CREATE TABLE transcript_facts (
     PRIMARY KEY (source, file, byte_offset)
 ) STRICT;
 CREATE INDEX transcript_facts_by_time ON transcript_facts (source, ts_ns);
+
+-- What the last scoring pass of each iteration-log source saw of git: the
+-- trunk tip, to tell which iterations a trunk move can affect. Source state
+-- (like checkpoints), not a projection: losing it only means one full pass.
+CREATE TABLE git_state (
+    source    TEXT PRIMARY KEY,
+    trunk_tip TEXT
+) STRICT;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import sidecars
@@ -46,6 +47,21 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
     )
 
 
+@dataclass
+class Touched:
+    """What a batch of events changed, for choosing which iterations to rescore."""
+
+    iterations: set[tuple[str, int]] = field(default_factory=set)  # (source, iteration)
+    artifacts: set[tuple[str, str]] = field(default_factory=set)  # (source, repo path)
+    transcript_times: dict[str, list[int]] = field(default_factory=dict)  # directory -> ts_ns
+
+    def merge(self, other: Touched) -> None:
+        self.iterations |= other.iterations
+        self.artifacts |= other.artifacts
+        for k, v in other.transcript_times.items():
+            self.transcript_times.setdefault(k, []).extend(v)
+
+
 def _real(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -55,6 +71,7 @@ class Projector:
         self.conn = conn
         self.dirty_sessions: set[tuple[str, str, str]] = set()
         self.run_deltas: dict[tuple[str, str], list[int]] = {}  # (source, run_dir) -> [trials, passed, errors, seq]
+        self.touched = Touched()
         self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
         self.touched_sessions: set[tuple[str, str, str]] = set()
 
@@ -103,6 +120,7 @@ class Projector:
 
     def _refresh_iteration(self, source: str, iteration: int) -> None:
         """Re-derive the effective record of one iteration from record_files."""
+        self.touched.iterations.add((source, iteration))
         self._mark_sessions_of(source, iteration)
         self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
         self.conn.execute(
@@ -148,6 +166,7 @@ class Projector:
     def _side_file(self, table: str, count_key: str, ev: Event, p: dict[str, Any]) -> None:
         """hook_outcomes / labels: one row per iteration, the parsed outcome or its error."""
         o = p["outcome"]
+        self.touched.iterations.add((ev.source, p["iteration"]))
         self.conn.execute(
             f"INSERT OR REPLACE INTO {table} (source, iteration, file, outcome, {count_key}, error,"
             " content_hash, seq) VALUES (?,?,?,?,?,?,?,?)",
@@ -164,6 +183,7 @@ class Projector:
 
     def _artifact_recorded(self, ev: Event, p: dict[str, Any]) -> None:
         a = p["artifact"]
+        self.touched.artifacts.add((ev.source, p["path"]))
         self.conn.execute(
             "INSERT OR REPLACE INTO artifacts (source, path, kind, available, artifact, content_hash, seq)"
             " VALUES (?,?,?,?,?,?,?)",
@@ -177,12 +197,19 @@ class Projector:
         if kind in ("record", "historical"):
             self._replace_records(ev, path, "dedicated", None, 0, [])
         elif kind == "hook_outcomes":
+            self._touch_side(ev.source, "hook_outcomes", path)
             self.conn.execute("DELETE FROM hook_outcomes WHERE source = ? AND file = ?", (ev.source, path))
         elif kind == "labels":
+            self._touch_side(ev.source, "labels", path)
             self.conn.execute("DELETE FROM labels WHERE source = ? AND file = ?", (ev.source, path))
         else:
+            self.touched.artifacts.add((ev.source, path))
             self.conn.execute("DELETE FROM artifacts WHERE source = ? AND path = ?", (ev.source, path))
         self._resolve_quarantine(ev.source, path, ev.seq)  # type: ignore[arg-type]
+
+    def _touch_side(self, source: str, table: str, file: str) -> None:
+        for (it,) in self.conn.execute(f"SELECT iteration FROM {table} WHERE source = ? AND file = ?", (source, file)):
+            self.touched.iterations.add((source, it))
 
     def _source_quarantined(self, ev: Event, p: dict[str, Any]) -> None:
         self.conn.execute(
@@ -192,6 +219,7 @@ class Projector:
              p["reason"], p.get("content_hash"), ev.seq),
         )
         if p["kind"] in ("verifier_result", "review_decision", "tasks"):
+            self.touched.artifacts.add((ev.source, p["path"]))
             # The reference reads a broken artifact as "not available".
             self.conn.execute("DELETE FROM artifacts WHERE source = ? AND path = ?", (ev.source, p["path"]))
 
@@ -271,6 +299,7 @@ class Projector:
                           (int(s["complete"]), canonical_json(s), ev.source, p["run_dir"]))
 
     def _transcript_turns(self, ev: Event, p: dict[str, Any]) -> None:
+        self.touched.transcript_times.setdefault(ev.source, []).extend(f[1] for f in p["facts"])
         self.conn.executemany(
             "INSERT OR REPLACE INTO transcript_facts (source, file, byte_offset, ts_ns, kind, input_tokens,"
             " output_tokens, cache_read, cache_creation, turns, tool_results, tool_errors, seq)"
@@ -279,6 +308,9 @@ class Projector:
 
     def _source_reset(self, ev: Event, p: dict[str, Any]) -> None:
         if p.get("kind") == "transcript":  # the facts of the old content no longer stand
+            times = [r[0] for r in self.conn.execute(
+                "SELECT ts_ns FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))]
+            self.touched.transcript_times.setdefault(ev.source, []).extend(times)
             self.conn.execute("DELETE FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))
 
     # -- sessions -------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""Rescoring only what a change can affect gives the same ledger as rescoring everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from agentledger import synth
+
+from .conftest import GIT_ENV, run_cli
+
+
+def scores(db: Path) -> set[tuple]:
+    with sqlite3.connect(db) as c:
+        return set(c.execute("SELECT source, iteration, rubric_version, inputs_hash, value, band FROM scores"))
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def test_targeted_rescoring_equals_full_pass(tmp_path: Path) -> None:
+    gen = synth.generate(tmp_path / "gen", 60, seed=3)
+    transcripts = tmp_path / "claude"
+    transcripts.mkdir()
+    t0 = 1_760_000_000
+    lines = [json.dumps({"type": "assistant", "timestamp": _iso(t0 + 60 * i - 20), "message": {"usage": {
+        "input_tokens": 5, "output_tokens": 1, "cache_read_input_tokens": 10 * i, "cache_creation_input_tokens": 5}}})
+        for i in range(5, 40, 3)]
+    (transcripts / "s.jsonl").write_text("\n".join(lines) + "\n")
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--transcripts", str(transcripts)]
+    fast, full = tmp_path / "targeted.sqlite", tmp_path / "full.sqlite"
+    reports = []
+
+    def step() -> None:
+        code, out, err = run_cli("ingest", "--once", "--json", *common, "--db", str(fast))
+        assert code == 0, err
+        reports.append(json.loads(out))
+        assert run_cli("ingest", "--once", "--rescore-all", *common, "--db", str(full))[0] == 0
+        assert scores(fast) == scores(full)
+
+    step()
+    first = reports[-1]["scored"]
+    # a record changes
+    p = gen.log / "iter-20.yaml"
+    p.write_text(p.read_text().replace("retries:", "retries: 3\n  old_retries:", 1))
+    step()
+    assert 0 < reports[-1]["scored"] < first / 4
+    # a verification artifact a record points at flips
+    art = gen.repo / ".agents/active/verification/task-14/test.result.yaml"
+    art.write_text("schema_version: 1\nstatus: fail\n" if "pass" in art.read_text() else "status: pass\n")
+    step()
+    # a plan's write scope changes
+    tasks = gen.repo / ".agents/workflow/plans/plan-1/TASKS.yaml"
+    before = tasks.read_text()
+    tasks.write_text(before.replace('"src/core/"', '"src/"'))
+    assert tasks.read_text() != before
+    step()
+    assert reports[-1]["scored"] > 0
+    # transcript lines land in some windows
+    with (transcripts / "s.jsonl").open("a") as fh:
+        fh.write(json.dumps({"type": "user", "timestamp": _iso(t0 + 60 * 33 - 10), "message": {"content": [
+            {"type": "tool_result", "is_error": True}]}}) + "\n")
+    step()
+    assert 0 < reports[-1]["scored"] <= 3
+    # the trunk moves: the side branch lands, then an old commit is reverted
+    git(gen.repo, "merge", "-q", "--no-ff", "-m", "land side", "side")
+    step()
+    victim = git(gen.repo, "log", "--format=%H", "--grep", "^iter 12:")
+    git(gen.repo, "revert", "--no-edit", victim)
+    step()
+    # hook outcomes arrive for an iteration; then one iteration's file is removed
+    (gen.log / "iter-41.hook-outcomes.yaml").write_text(synth.hook_sidecar(41, __import__("random").Random(9)))
+    step()
+    (gen.log / "iter-50.yaml").unlink()
+    step()
+    # nothing changed: nothing rescored
+    step()
+    assert reports[-1]["scored"] == 0 and reports[-1]["events"] == 0
+
+
+def _iso(t: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
