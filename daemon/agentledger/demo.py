@@ -48,14 +48,29 @@ def main() -> None:
     step(f"Generate an example: {args.iterations} closed iterations, sessions, hook outcomes, labels, "
          "and a git repository with reverts and an unmerged branch")
     gen = synth.generate(out / "example", args.iterations)
+    transcripts = out / "example" / "claude-transcripts"
+    synth.claude_transcript(transcripts / "session.jsonl", args.iterations)
+    runs = out / "example" / "vally-results" / "2026-11-22T08-00-00-000Z" / "baseline"
+    runs.mkdir(parents=True)
+    with (runs / "results.jsonl").open("wb") as fh:
+        for i in range(12):
+            fh.write(synth.vally_trial_line(i))
     cfg = out / "agentledger.toml"
     cfg.write_text(f'[store]\npath = "ledger.sqlite"\n\n[scoring]\nrubric = "2.1.0"\n\n'
-                   f'[[iteration_logs]]\nname = "example"\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
-    print(f"  iteration log: {gen.log}\n  config:        {cfg}")
+                   f'[[iteration_logs]]\nname = "example"\npath = "{gen.log}"\nrepo = "{gen.repo}"\n'
+                   f'transcripts = ["{transcripts}"]\n\n[[vally]]\npath = "{runs.parent.parent}"\n')
+    print(f"  iteration log: {gen.log}\n  transcripts:   {transcripts}\n  vally runs:    {runs.parent.parent}"
+          f"\n  config:        {cfg}")
 
     step("Ingest everything once: events into the ledger, a score sidecar beside every iteration")
     agentledger("ingest", "--once", cfg=cfg)
     agentledger("status", cfg=cfg)
+
+    step("Transcripts fill in token efficiency where a record has no native telemetry")
+    agentledger("query", "SELECT iteration, json_extract(r.value, '$.detail') AS token_efficiency FROM score_details,"
+                " json_each(score_details.breakdown) AS r WHERE json_extract(r.value, '$.signal') = 'token_efficiency'"
+                " AND json_extract(r.value, '$.detail') LIKE 'backfilled%' ORDER BY iteration LIMIT 4", cfg=cfg)
+    agentledger("runs", cfg=cfg)
 
     step("The close-task hook: an agent commits and closes iterations; each is scored on the spot")
     n = args.iterations

@@ -240,3 +240,28 @@ def vally_trial_line(i: int, *, run_id: str = "run-1", variant: str = "baseline"
         "experiment": {"name": "exp", "runId": run_id, "variant": variant, "baseline": "baseline"},
     }
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def claude_transcript(path: Path, iterations: int, *, seed: int = 5) -> int:
+    """A Claude-style transcript with turns and tool results inside each synthetic
+    iteration's window (commits land at t0 + 60*i); returns the number of lines."""
+    import json
+    import time
+
+    rng = random.Random(seed)
+    t0 = 1_760_000_000
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = 0
+    with path.open("w") as fh:
+        for i in range(1, iterations + 1):
+            for k in range(rng.randint(1, 3)):
+                ts = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t0 + 60 * i - 50 + 10 * k))
+                fh.write(json.dumps({"type": "assistant", "timestamp": ts, "sessionId": f"s{i // 12}",
+                                     "message": {"role": "assistant", "usage": {
+                                         "input_tokens": rng.randint(100, 900), "output_tokens": 80,
+                                         "cache_read_input_tokens": rng.randint(0, 9000),
+                                         "cache_creation_input_tokens": rng.randint(100, 3000)}}}) + "\n")
+                fh.write(json.dumps({"type": "user", "timestamp": ts, "message": {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": f"t{i}-{k}", "is_error": rng.random() < 0.15}]}}) + "\n")
+                lines += 2
+    return lines
