@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute every iteration's inputs, not only those the changes can affect")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    p = cmd("run", "Run as a service: scan, then watch every source and keep scores fresh (SIGTERM stops).")
+    p.add_argument("--log-format", choices=("json", "console"), help="log lines for journald (json) or people")
+
     p = cmd("score", "Ingest and score one iteration (the close-task hook), print its breakdown.")
     p.add_argument("iteration", type=int, metavar="N")
     p.add_argument("--source", metavar="NAME", help="which configured iteration log (name or path)")
@@ -161,39 +164,14 @@ def _print_report(args: argparse.Namespace, title: str, report, extra: dict | No
 def cmd_ingest(args: argparse.Namespace) -> int:
     if not args.once:
         raise UsageError("ingest needs --once (continuous watching is `agentledger run`, coming with the daemon)")
-    from .ledger import Report, SourceError
-
     ledger = _ledger(args)
-    total = Report()
     try:
-        for src in ledger.cfg.iteration_logs:
-            if not src.path.is_dir():
-                total.errors.append(f"{src.path}: iteration-log directory does not exist")
-                continue
-            total.add(ledger.ingest(src))
-        for vsrc in ledger.cfg.vally:
-            total.add(ledger.ingest_vally(vsrc))
         bar, update = _progress()
         if bar:
             with bar:
-                backfill = ledger.ensure_rubric(progress=update)
+                total = ledger.scan_all(rescore_all=args.rescore_all, progress=update)
         else:
-            backfill = ledger.ensure_rubric()
-        if backfill:
-            total.add(backfill)
-        for src in ledger.cfg.iteration_logs:
-            if src.path.is_dir():
-                try:
-                    if args.rescore_all or backfill is not None:
-                        total.add(ledger.score(src))
-                    else:
-                        todo = ledger.affected(src)
-                        if todo:
-                            total.add(ledger.score(src, todo))
-                    ledger.record_trunk(src)
-                    total.add(ledger.sync_sidecars(src))
-                except SourceError as exc:
-                    total.errors.append(str(exc))
+            total = ledger.scan_all(rescore_all=args.rescore_all)
     finally:
         ledger.close()
     return _print_report(args, "ingest", total, {"rubric": ledger.rubric.version})
@@ -522,8 +500,28 @@ def _cell(v) -> str:
     return "" if v is None else str(v).replace("\n", "\\n")
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .service import logs
+    from .service.daemon import Daemon
+
+    def load():
+        cfg = _config(args)
+        if not (cfg.iteration_logs or cfg.vally):
+            raise UsageError("no source configured: pass --iteration-log DIR --repo DIR or --vally DIR, "
+                             "or add [[iteration_logs]] / [[vally]] to the config file")
+        if args.log_format:
+            cfg = replace(cfg, daemon=replace(cfg.daemon, log_format=args.log_format))
+        return cfg
+
+    cfg = load()
+    logs.setup(cfg.daemon.log_format, "error" if getattr(args, "quiet", False) else "info")
+    return Daemon(load).run()
+
+
 COMMANDS = {
-    "ingest": cmd_ingest, "score": cmd_score, "backfill": cmd_backfill, "rebuild": cmd_rebuild,
+    "ingest": cmd_ingest, "run": cmd_run, "score": cmd_score, "backfill": cmd_backfill, "rebuild": cmd_rebuild,
     "status": cmd_status, "quarantine": cmd_quarantine, "query": cmd_query,
     "trials": cmd_trials, "runs": cmd_runs,
 }

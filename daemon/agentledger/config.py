@@ -86,6 +86,15 @@ class SidecarsConfig:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    reconcile_seconds: int = 300  # full scan: the backstop for missed file notifications
+    trunk_check_seconds: int = 30  # how often a moved trunk (landing, revert) is looked for
+    debounce_ms: int = 50  # how long watchfiles gathers a burst of changes
+    force_polling: bool = False  # poll instead of inotify (NFS, some containers)
+    log_format: str = "json"  # json (journald) | console
+
+
+@dataclass(frozen=True)
 class LimitsConfig:
     max_file_bytes: int = 8 * 1024 * 1024
     max_line_bytes: int = 16 * 1024 * 1024
@@ -96,6 +105,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     sidecars: SidecarsConfig = field(default_factory=SidecarsConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     iteration_logs: tuple[IterationLogSource, ...] = ()
     vally: tuple[VallySource, ...] = ()
@@ -103,9 +113,10 @@ class Config:
 
 
 _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
-             "limits": LimitsConfig}
+             "daemon": DaemonConfig, "limits": LimitsConfig}
 _CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
-            ("sidecars", "fsync"): ("auto", "always", "never")}
+            ("sidecars", "fsync"): ("auto", "always", "never"),
+            ("daemon", "log_format"): ("json", "console")}
 
 
 def _coerce(section: str, key: str, tp: Any, value: Any, where: str) -> Any:

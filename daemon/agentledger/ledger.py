@@ -208,6 +208,28 @@ class Ledger:
                 report.add(self.ingest_vally(VallySource(directory)))
         return report
 
+    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Report:
+        """Re-read what a change notification named: files of the log directory
+        (``names``) and repository files under ``.agents`` (``repo_rels``), plus the
+        artifacts the touched records point at. Nothing else is stat'ed."""
+        report = Report()
+        cands = S.log_candidates(src, sorted(names))
+        if cands:
+            self._commit(src, self._observe(src, cands, [c.rel for c in cands], report), report)
+        touched = sorted({it for s, it in self.touched.iterations if s == src.id})
+        refs = self._artifact_refs(src, touched) if touched else []
+        arts = S.artifact_candidates(src, refs)
+        if repo_rels:
+            known = {rel: kind for kind, rel in ((k, resolve_artifact_path(r)) for k, r in
+                                                 self._artifact_refs(src, None)) if rel}
+            arts += [S.Candidate(known[r], r, src.repo / r) for r in repo_rels if r in known]
+            if any(r.startswith(".agents/workflow/plans/") for r in repo_rels):
+                arts += S.tasks_candidates(src)
+        if arts:
+            arts = list({c.rel: c for c in arts}.values())
+            self._commit(src, self._observe(src, arts, [c.rel for c in arts], report), report)
+        return report
+
     def _artifact_refs(self, src: IterationLogSource, iterations: list[int] | None) -> list[tuple[str, str]]:
         """(kind, raw path) of every artifact the effective records point at."""
         filt, args = "", [src.id]
@@ -219,6 +241,40 @@ class Ledger:
                f" UNION ALL SELECT '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
                f" FROM iteration_records i WHERE i.source = ?{filt}")
         return [(r[0], r[1]) for r in self.conn.execute(sql, args + args) if r[1]]
+
+    # ------------------------------------------------------------------ everything, once
+    def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Report:
+        """Ingest every source, activate the configured rubric (backfilling if it
+        changed), rescore what the changes affect, and bring every sidecar in line."""
+        total = Report()
+        for src in self.cfg.iteration_logs:
+            if not src.path.is_dir():
+                total.errors.append(f"{src.path}: iteration-log directory does not exist")
+                continue
+            total.add(self.ingest(src))
+        for vsrc in self.cfg.vally:
+            total.add(self.ingest_vally(vsrc))
+        backfill = self.ensure_rubric(progress=progress)
+        if backfill:
+            total.add(backfill)
+        for src in self.cfg.iteration_logs:
+            if src.path.is_dir():
+                total.add(self.rescore(src, everything=rescore_all or backfill is not None))
+                total.add(self.sync_sidecars(src))
+        return total
+
+    def rescore(self, src: IterationLogSource, *, everything: bool = False) -> Report:
+        """Score what changed (or every iteration); errors are reported, never raised."""
+        try:
+            if everything:
+                report = self.score(src)
+            else:
+                todo = self.affected(src)
+                report = self.score(src, todo) if todo else Report()
+            self.record_trunk(src)
+            return report
+        except SourceError as exc:
+            return Report(errors=[str(exc)])
 
     # ------------------------------------------------------------------ tailed JSONL (vally)
     def ingest_vally(self, src: VallySource) -> Report:

@@ -1,0 +1,259 @@
+"""``agentledger run``: the long-lived service.
+
+How it runs, in order:
+
+1. Scan every source fully (as ``ingest --once``); systemd's start timeout is
+   extended while that scan runs. Then start the watches, scan once more to
+   catch what was written meanwhile (unchanged files are only stat'ed), and
+   only then say ``READY=1``.
+2. Watch every source directory with watchfiles. A change set is only a hint:
+   the named files are re-stat'ed and re-read by the same code as a scan, and
+   our own temp files and sidecars are filtered out so writes do not echo.
+3. Between change sets (at least once a second) the main loop pings the
+   watchdog (so a stuck loop gets the service restarted) and runs what the
+   scheduler asked for: a full reconcile scan (the backstop for missed
+   notifications, default every 300 s), a trunk re-check (a commit landing
+   or a revert changes ``landed``), a WAL checkpoint when idle, and
+   ``PRAGMA optimize`` every few hours. All ledger work stays on this one
+   thread; APScheduler's jobs only enqueue requests.
+4. SIGTERM/SIGINT: finish the current step, stop the scheduler, ``STOPPING=1``,
+   exit 0. SIGHUP: reload the configuration (a changed rubric backfills).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+import watchfiles
+
+from ..config import Config
+from ..ledger import Ledger, Report
+from ..sidecars import is_temp_name
+from ..sources import iterlog as S
+from ..sources import vally
+from .notify import Notifier
+
+log = structlog.get_logger("agentledger.daemon")
+
+
+class _Filter(watchfiles.DefaultFilter):
+    """watchfiles' defaults, minus our own temp files and score sidecars."""
+
+    def __call__(self, change: watchfiles.Change, path: str) -> bool:
+        name = os.path.basename(path)
+        if is_temp_name(name) or name.endswith(".score.yaml"):
+            return False
+        return super().__call__(change, path)
+
+
+class Daemon:
+    def __init__(self, load_config: Callable[[], Config]):
+        self.load_config = load_config
+        self.cfg = load_config()
+        self.stop = threading.Event()
+        self.requests: queue.Queue[str] = queue.Queue()
+        self.notifier = Notifier()
+        self.ledger: Ledger | None = None
+        self.last_change = time.monotonic()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, lambda *_: self.requests.put("reload"))
+        self._log_limits()
+        self.ledger = Ledger(self.cfg)
+        self.ledger.register_sources()
+        self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
+        report = self.ledger.scan_all()
+        self._log_report("initial scan", report)
+        scheduler = self._scheduler()
+        try:
+            self._loop()
+        finally:
+            self.notifier.send("STOPPING=1", "STATUS=stopping")
+            scheduler.shutdown(wait=False)
+            self.ledger.close()
+            log.info("stopped")
+        return 0
+
+    def _on_stop(self, signum, _frame) -> None:
+        log.info("stop requested", signal=signal.Signals(signum).name)
+        self.stop.set()
+
+    def _scheduler(self):
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        d = self.cfg.daemon
+        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                  "misfire_grace_time": None})
+        for name, seconds in (("reconcile", d.reconcile_seconds), ("trunk", d.trunk_check_seconds),
+                              ("checkpoint", 60), ("optimize", 4 * 3600)):
+            sched.add_job(self.requests.put, "interval", seconds=seconds, args=[name], id=name,
+                          replace_existing=True)
+        sched.start()
+        return sched
+
+    # -- the loop -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        paths = self._watch_paths()
+        tick = 1000
+        if self.notifier.watchdog_interval:
+            tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
+        ready = False
+        while not self.stop.is_set():
+            for changes in watchfiles.watch(
+                    *paths, watch_filter=_Filter(), debounce=self.cfg.daemon.debounce_ms, step=20,
+                    stop_event=self.stop, rust_timeout=tick, yield_on_timeout=True, raise_interrupt=False,
+                    force_polling=self.cfg.daemon.force_polling or None,
+                    ignore_permission_denied=True):
+                self.notifier.watchdog()
+                if not ready:
+                    # The watches exist now: catch up on anything written since the
+                    # initial scan began, then say we are ready.
+                    self._guard("catch-up scan", self.ledger.scan_all)
+                    self.notifier.send("READY=1", f"STATUS={self._status()}")
+                    log.info("ready", watched=len(paths), status=self._status())
+                    ready = True
+                if changes:
+                    self.last_change = time.monotonic()
+                    self._guard("changes", lambda c=changes: self._handle(c))
+                if self._drain():  # the watched paths changed (config reload)
+                    paths = self._watch_paths()
+                    break
+                if self.stop.is_set():
+                    return
+
+    def _guard(self, what: str, fn: Callable[[], Report | None]) -> None:
+        """Never let one bad step end the service: log it and carry on (retry next time)."""
+        try:
+            report = fn()
+            if report is not None:
+                self._log_report(what, report)
+        except Exception as exc:  # noqa: BLE001 - the daemon must outlive any one failure
+            log.error("step failed; will retry", step=what, error=f"{type(exc).__name__}: {exc}", exc_info=True)
+            time.sleep(0.5)
+
+    def _drain(self) -> bool:
+        rewatch = False
+        while True:
+            try:
+                req = self.requests.get_nowait()
+            except queue.Empty:
+                return rewatch
+            led = self.ledger
+            assert led is not None
+            if req == "reconcile":
+                self._guard("reconcile", led.scan_all)
+            elif req == "trunk":
+                self._guard("trunk", lambda: _sum(led.rescore(s) for s in self.cfg.iteration_logs
+                                                  if s.path.is_dir()))
+            elif req == "checkpoint" and time.monotonic() - self.last_change > 30:
+                self._guard("checkpoint", lambda: led.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") and None)
+            elif req == "optimize":
+                self._guard("optimize", lambda: led.conn.execute("PRAGMA optimize") and None)
+            elif req == "reload":
+                rewatch = True
+                self._guard("reload", self._reload)
+            self.notifier.send(f"STATUS={self._status()}")
+
+    def _reload(self) -> Report:
+        cfg = self.load_config()
+        log.info("configuration reloaded", rubric=cfg.scoring.rubric, sources=len(cfg.iteration_logs))
+        assert self.ledger is not None
+        self.ledger.close()
+        self.cfg = cfg
+        self.ledger = Ledger(cfg)
+        self.ledger.register_sources()
+        return self.ledger.scan_all()
+
+    # -- change sets are hints --------------------------------------------------------------
+    def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Report:
+        led = self.ledger
+        assert led is not None
+        report = Report()
+        paths = [Path(p) for _, p in changes]
+        touched_logs = []
+        for src in self.cfg.iteration_logs:
+            names = {p.name for p in paths if p.parent == src.path}
+            repo_rels = {str(p.relative_to(src.repo)) for p in paths
+                         if _under(p, src.repo / ".agents") and not _under(p, src.path)}
+            transcripts = [d for d in src.transcripts if any(p.parent == d for p in paths)]
+            trajectories = [d for d in src.vally_transcripts if any(_under(p, d) for p in paths)]
+            if not (names or repo_rels or transcripts or trajectories):
+                continue
+            touched_logs.append(src)
+            if names or repo_rels:
+                report.add(led.ingest_hint(src, names, repo_rels))
+            for d in transcripts:
+                report.add(led.ingest_transcripts(d))
+        for vsrc in self.cfg.vally:
+            if any(_under(p, vsrc.path) and p.name in vally.FILES for p in paths):
+                report.add(led.ingest_vally(vsrc))
+        for d in {d for s in self.cfg.iteration_logs for d in s.vally_transcripts}:
+            if any(_under(p, d) for p in paths) and d not in {v.path for v in self.cfg.vally}:
+                from ..config import VallySource
+
+                report.add(led.ingest_vally(VallySource(d)))
+        for src in touched_logs:
+            report.add(led.rescore(src))
+        return report
+
+    def _watch_paths(self) -> list[Path]:
+        out: list[Path] = []
+        for src in self.cfg.iteration_logs:
+            out += [src.path, *src.transcripts, *src.vally_transcripts]
+            out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
+        out += [v.path for v in self.cfg.vally]
+        return [p for p in dict.fromkeys(out) if p.is_dir()]
+
+    # -- telling people what is going on ---------------------------------------------------------
+    def _status(self) -> str:
+        led = self.ledger
+        if led is None:
+            return "starting"
+        c = led.conn
+        n = c.execute("SELECT count(*) FROM iterations").fetchone()[0]
+        q = c.execute("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL").fetchone()[0]
+        return f"{n} iterations, rubric {led.rubric.version}, {q} quarantined"
+
+    def _log_report(self, what: str, r: Report) -> None:
+        if r.events or r.scored or r.sidecars_written or r.errors:
+            log.info(what, events=r.events, scored=r.scored, sidecars=r.sidecars_written,
+                     sessions=r.sessions_written, quarantined=r.quarantined)
+        for err in r.errors:
+            log.error(what, error=err)
+
+    def _log_limits(self) -> None:
+        limits = {}
+        for name in ("max_user_watches", "max_user_instances", "max_queued_events"):
+            try:
+                limits[name] = int(Path(f"/proc/sys/fs/inotify/{name}").read_text())
+            except (OSError, ValueError):
+                pass
+        log.info("starting", inotify=limits, force_polling=self.cfg.daemon.force_polling, pid=os.getpid())
+
+
+def _under(p: Path, root: Path) -> bool:
+    try:
+        p.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _sum(reports) -> Report:
+    total = Report()
+    for r in reports:
+        total.add(r)
+    return total
+
+
+__all__ = ["Daemon", "S"]

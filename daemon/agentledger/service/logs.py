@@ -1,0 +1,61 @@
+"""Logging for the daemon: structlog, one line per event, levels journald understands.
+
+``json`` (default under systemd): JSON lines on stdout, each prefixed with the
+syslog priority (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>`` debug),
+which journald strips and keeps as the entry's priority. ``console``: readable
+lines for a terminal. Standard-library loggers (APScheduler, watchfiles, our
+own ``agentledger`` logger) go through the same processors; watchfiles is
+quieted to WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
+
+
+def _syslog_prefix(_, __, line: str) -> str:
+    return line
+
+
+class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return f"<{_PRIORITY.get(record.levelname.lower(), 6)}>{text}"
+
+
+def setup(fmt: str = "json", level: str = "info") -> None:
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+        formatter_cls = structlog.stdlib.ProcessorFormatter
+    else:
+        renderer = structlog.processors.JSONRenderer()
+        formatter_cls = _PrefixFormatter
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(formatter_cls(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.dict_tracebacks if fmt != "console" else structlog.processors.format_exc_info,
+                    renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )

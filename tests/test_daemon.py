@@ -1,0 +1,145 @@
+"""`agentledger run` as a real subprocess, talking sd_notify over a real datagram socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RECORD = "schema_version: 1\niteration: {n}\nscope_note: on-target\ntests_total_pass: true\nretries: {r}\n"
+
+
+class Notify:
+    """A unix datagram socket standing in for systemd's notification socket,
+    drained continuously on a thread as systemd does."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.sock.recv(65536).decode())
+            except (TimeoutError, OSError):
+                pass
+
+    def wait_for(self, needle: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in list(self.messages):
+                if needle in m:
+                    return m
+            time.sleep(0.02)
+        raise AssertionError(f"no {needle!r} within {timeout}s; got {self.messages[-10:]}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def wait_until(pred, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, make_repo):
+    repo = make_repo()
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(RECORD.format(n=1, r=0))
+    notify = Notify(tmp_path / "notify.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentledger", "run", "--iteration-log", str(log), "--repo", str(repo.path),
+         "--db", str(tmp_path / "l.sqlite")],
+        stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT, env=env, text=True)
+    yield proc, notify, log
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    notify.close()
+
+
+def test_notify_protocol_watch_and_graceful_stop(daemon) -> None:
+    proc, notify, log = daemon
+    ready = notify.wait_for("READY=1")
+    assert "STATUS=1 iterations" in ready  # the initial scan is done before READY
+    assert (log / "iter-1.score.yaml").is_file()
+    notify.wait_for("WATCHDOG=1")
+
+    # a new iteration written in place, and one saved editor-style (temp file renamed over)
+    (log / "iter-2.yaml").write_text(RECORD.format(n=2, r=1))
+    tmp = log / ".iter-3.yaml.swp"
+    tmp.write_text(RECORD.format(n=3, r=2))
+    os.replace(tmp, log / "iter-3.yaml")
+    assert wait_until(lambda: (log / "iter-2.score.yaml").is_file() and (log / "iter-3.score.yaml").is_file())
+    assert "2 retries" in (log / "iter-3.score.yaml").read_text()
+
+    # touch without a change: nothing is rewritten
+    mtime = (log / "iter-2.score.yaml").stat().st_mtime_ns
+    os.utime(log / "iter-2.yaml")
+    time.sleep(0.6)
+    assert (log / "iter-2.score.yaml").stat().st_mtime_ns == mtime
+    # a real edit is picked up
+    (log / "iter-2.yaml").write_text(RECORD.format(n=2, r=4))
+    assert wait_until(lambda: "4 retries" in (log / "iter-2.score.yaml").read_text())
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    notify.wait_for("STOPPING=1")
+    out = (log.parent / "daemon.log").read_text()
+    lines = [json.loads(line[3:]) for line in out.splitlines() if line.startswith("<")]
+    assert any(e["event"] == "ready" for e in lines) and any(e["event"] == "stopped" for e in lines)
+    assert all(line["level"] in ("info", "warning", "error") for line in lines)
+
+
+def test_bad_input_never_stops_the_daemon(daemon) -> None:
+    proc, notify, log = daemon
+    notify.wait_for("READY=1")
+    (log / "iter-5.yaml").write_text("schema_version: 2\niteration: [unclosed\n")
+    (log / "iter-6.yaml").write_bytes(b"\xff\xfe binary junk \x00\x01")
+    (log / "iter-7.yaml").write_text("v: " + "[" * 50000 + "]" * 50000)
+    (log / "iter-8.yaml").mkdir()
+    (log / "iter-9.yaml").write_text(RECORD.format(n=9, r=0))
+    assert wait_until(lambda: (log / "iter-9.score.yaml").is_file())
+    assert proc.poll() is None
+    out = subprocess.run([sys.executable, "-m", "agentledger", "quarantine", "--json", "--db",
+                          str(log.parent / "l.sqlite")], capture_output=True, text=True)
+    assert {q["path"] for q in json.loads(out.stdout)} >= {"iter-5.yaml", "iter-6.yaml", "iter-7.yaml", "iter-8.yaml"}
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 0
+
+
+def test_a_receiver_that_stops_reading_never_stalls_the_daemon(tmp_path: Path) -> None:
+    """systemd not draining its socket must not block the main loop (sends never block)."""
+    from agentledger.service.notify import Notifier
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "n.sock"))  # bound, never read
+    n = Notifier(str(tmp_path / "n.sock"))
+    t = time.monotonic()
+    results = [n.send("WATCHDOG=1") for _ in range(2000)]
+    assert time.monotonic() - t < 5 and results[0] and not all(results)
+    assert Notifier("").send("READY=1") is False  # no socket: a no-op
