@@ -32,7 +32,7 @@ _ENV_OVERRIDES = {
     "LC_ALL": "C",
 }
 _HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
-_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
 class GitError(RuntimeError):
@@ -247,13 +247,18 @@ class GitRepo:
             for raw, c in commits.items():
                 if c and c in times:
                     self._resolved[raw] = Resolution(sha=self._resolved[raw].sha, commit_time=times[c])
-        out = {r: self._resolved[r] for r in raws}
+        return {r: self._resolved[r] for r in raws}
+
+    def forget(self, *, keep_shas: bool = False) -> None:
+        """Drop cached resolutions: names move and missing commits can appear. With
+        ``keep_shas`` (the trunk only moved forward), keep what a hex SHA (full or
+        abbreviated) resolved to, since an existing commit never changes."""
+        if not keep_shas:
+            self._resolved.clear()
+            return
         for raw, res in list(self._resolved.items()):
-            # Names move and missing commits can appear: keep only answers for a
-            # full SHA that resolved, which can never change.
-            if not (res.sha and res.commit_time and _FULL_SHA.fullmatch(raw)):
+            if not (res.sha and _HEXISH.fullmatch(raw)):
                 del self._resolved[raw]
-        return out
 
     def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
         real = [q for q in queries if q]

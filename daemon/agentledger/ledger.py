@@ -81,6 +81,7 @@ class Ledger:
         self.limits = S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes)
         self._repos: dict[str, GitRepo] = {}
         self.touched = Touched()  # what ingestion changed since the last scoring pass
+        self._ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
 
     def close(self) -> None:
         for repo in self._repos.values():
@@ -247,6 +248,9 @@ class Ledger:
         """Ingest every source, activate the configured rubric (backfilling if it
         changed), rescore what the changes affect, and bring every sidecar in line."""
         total = Report()
+        for repo in self._repos.values():
+            repo.forget()
+        self._ends.clear()
         for src in self.cfg.iteration_logs:
             if not src.path.is_dir():
                 total.errors.append(f"{src.path}: iteration-log directory does not exist")
@@ -483,19 +487,44 @@ class Ledger:
             tip = repo.trunk_tip()
             row = self.conn.execute("SELECT trunk_tip FROM git_state WHERE source = ?", (src.id,)).fetchone()
             trunk_moved = row is None or row[0] != tip
-            if out or times or trunk_moved:
+            if trunk_moved:
+                old = row[0] if row else None
+                forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
+                repo.forget(keep_shas=forward)  # names may point elsewhere now
                 rows = self.conn.execute(
                     "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
                     " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
                 res = repo.resolve([r[1] for r in rows])
-                ends = [(it, _ns(res[c].commit_time)) for it, c, _ in rows]
-                if trunk_moved:
-                    out |= self._trunk_affected(repo, row[0] if row else None, tip, rows, res)
+                self._ends[src.id] = {it: _ns(res[c].commit_time) for it, c, _ in rows}
+                out |= self._trunk_affected(repo, old, tip, rows, res, forward)
+            if out or times:
+                ends = self._commit_times(src, repo, {it for s, it in t.iterations if s == src.id})
                 out |= _window_successors(ends, out)
                 if times:
                     out |= _windows_holding(ends, times)
         self._pending_tip = (src.id, tip)
         return sorted(out)
+
+    def _commit_times(self, src: IterationLogSource, repo: GitRepo, changed: set[int]) -> list[tuple[int, int | None]]:
+        """Every iteration's commit time, in iteration order, from an in-memory index
+        built once and refreshed for ``changed`` iterations (and on trunk moves)."""
+        ends = self._ends.get(src.id)
+        if ends is None:
+            rows = self.conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?",
+                                     (src.id,)).fetchall()
+            res = repo.resolve([r[1] for r in rows])
+            ends = self._ends[src.id] = {it: _ns(res[c].commit_time) for it, c in rows}
+        elif changed:
+            rows = self.conn.execute(
+                "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
+                " (SELECT value FROM json_each(?))", (src.id, json.dumps(sorted(changed)))).fetchall()
+            res = repo.resolve([r[1] for r in rows])
+            present = {it for it, _ in rows}
+            for it, c in rows:
+                ends[it] = _ns(res[c].commit_time)
+            for it in changed - present:
+                ends.pop(it, None)  # removed
+        return sorted(ends.items())
 
     def record_trunk(self, src: IterationLogSource) -> None:
         """After a pass that accounted for trunk moves, remember the tip it saw."""
@@ -505,10 +534,10 @@ class Ledger:
             self.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
         self.touched = Touched()
 
-    def _trunk_affected(self, repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict) -> set[int]:
-        everything = {r[0] for r in rows}
-        if old is None or new is None or not repo.is_ancestor(old, new):
-            return everything  # first pass, no trunk, or rewritten history
+    def _trunk_affected(self, repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict,
+                        forward: bool) -> set[int]:
+        if not forward or old is None or new is None:
+            return {r[0] for r in rows}  # first pass, no trunk, or rewritten history
         shas, subjects, runs = repo.range_facts(old, new)
         out = set()
         for it, commit, summary in rows:

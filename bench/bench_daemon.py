@@ -1,0 +1,145 @@
+"""Benchmarks for the running daemon (issues #3 and #4). Prints figures; asserts nothing.
+
+    python bench/bench_daemon.py [--iterations 10000] [--idle-seconds 60] [--closes 200] [--appends 100]
+
+Generates a log with a git repository and a Claude transcript, starts
+``agentledger run`` (with a notification socket, so READY is known), then:
+
+* idle CPU: the daemon's CPU time over ``--idle-seconds`` with nothing changing
+  (target < 1 %);
+* close latency: an agent commits and writes ``iter-N.yaml`` (temp file +
+  rename); time until ``iter-N.score.yaml`` exists; p50/p95 over ``--closes``
+  (target p95 ≤ 500 ms);
+* transcript latency: a line with a tool error is appended inside an already
+  closed iteration's window; time until that iteration's sidecar shows it;
+  p50/p95 over ``--appends`` (target p95 ≤ 500 ms);
+* RSS after the initial scan and after all of the above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentledger import synth
+
+T0 = 1_760_000_000
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def wait_for(pred, timeout: float = 30.0) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        if pred():
+            return time.perf_counter() - start
+        time.sleep(0.002)
+    raise SystemExit("timed out waiting for the daemon")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iterations", type=int, default=10000)
+    ap.add_argument("--idle-seconds", type=float, default=60)
+    ap.add_argument("--closes", type=int, default=200)
+    ap.add_argument("--appends", type=int, default=100)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="agentledger-daemon-bench-"))
+    try:
+        gen = synth.generate(root / "gen", args.iterations)
+        transcript = root / "claude" / "session.jsonl"
+        synth.claude_transcript(transcript, min(args.iterations, 2000))
+        sock_path = root / "notify.sock"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(sock_path))
+        sock.settimeout(600)
+        cmd = [sys.executable, "-m", "agentledger", "run", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+               "--transcripts", str(transcript.parent), "--db", str(root / "ledger.sqlite"), "-q"]
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env={**os.environ, "NOTIFY_SOCKET": str(sock_path)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while b"READY=1" not in sock.recv(65536):
+            pass
+        startup = time.perf_counter() - started
+        sock.setblocking(False)
+        rss_ready = rss_mb(proc.pid)
+
+        cpu0 = cpu_seconds(proc.pid)
+        time.sleep(args.idle_seconds)
+        idle = (cpu_seconds(proc.pid) - cpu0) / args.idle_seconds * 100
+
+        closes = []
+        for k in range(args.closes):
+            n = args.iterations + 1 + k
+            synth.add_iteration(gen, n)
+            t = time.perf_counter()
+            wait_for((gen.log / f"iter-{n}.score.yaml").exists)
+            closes.append(time.perf_counter() - t)
+
+        rng = random.Random(3)
+        appends = []
+        for k in range(args.appends):
+            i = rng.randint(10, min(args.iterations, 2000) - 1)
+            sidecar = gen.log / f"iter-{i}.score.yaml"
+            before = sidecar.read_bytes()
+            ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0 + 60 * i - 5)) + f".{k:03d}Z"
+            with transcript.open("a") as fh:
+                fh.write(json.dumps({"type": "user", "timestamp": ts, "message": {"content": [
+                    {"type": "tool_result", "tool_use_id": f"b{k}", "is_error": True}]}}) + "\n")
+            t = time.perf_counter()
+            try:
+                wait_for(lambda: sidecar.read_bytes() != before, timeout=10)
+                appends.append(time.perf_counter() - t)
+            except SystemExit:
+                pass  # this iteration's commit does not resolve: no window, nothing to rewrite
+        rss_end = rss_mb(proc.pid)
+        proc.terminate()
+        proc.wait(timeout=30)
+
+        ms = lambda xs, p: round(pct(xs, p) * 1000, 1)  # noqa: E731
+        result = {
+            "iterations": args.iterations, "startup_to_ready_s": round(startup, 2),
+            "idle_cpu_percent": round(idle, 3), "idle_seconds": args.idle_seconds,
+            "close_p50_ms": ms(closes, 50), "close_p95_ms": ms(closes, 95), "closes": len(closes),
+            "transcript_p50_ms": ms(appends, 50) if appends else None,
+            "transcript_p95_ms": ms(appends, 95) if appends else None, "appends_measured": len(appends),
+            "rss_ready_mb": round(rss_ready, 1), "rss_end_mb": round(rss_end, 1),
+        }
+        print(f"{args.iterations} iterations: ready in {startup:.1f} s; idle CPU {idle:.3f} % over {args.idle_seconds:.0f} s")
+        print(f"close → sidecar: p50 {result['close_p50_ms']} ms, p95 {result['close_p95_ms']} ms over {len(closes)}")
+        if appends:
+            print(f"transcript line → rewritten sidecar: p50 {result['transcript_p50_ms']} ms, "
+                  f"p95 {result['transcript_p95_ms']} ms over {len(appends)}")
+        print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the churn")
+        print(json.dumps(result))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
