@@ -143,3 +143,29 @@ def test_a_receiver_that_stops_reading_never_stalls_the_daemon(tmp_path: Path) -
     results = [n.send("WATCHDOG=1") for _ in range(2000)]
     assert time.monotonic() - t < 5 and results[0] and not all(results)
     assert Notifier("").send("READY=1") is False  # no socket: a no-op
+
+
+def test_score_beside_the_running_daemon_never_hits_a_locked_database(daemon, tmp_path: Path) -> None:
+    """The close-task hook and the service write the same ledger at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    proc, notify, log = daemon
+    notify.wait_for("READY=1")
+    repo = next(p for p in tmp_path.iterdir() if p.name == "repo")
+    common = ["--iteration-log", str(log), "--repo", str(repo), "--db", str(tmp_path / "l.sqlite"), "--json"]
+
+    def close(n: int) -> subprocess.CompletedProcess:
+        (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 3))
+        return subprocess.run([sys.executable, "-m", "agentledger", "score", str(n), *common],
+                              capture_output=True, text=True, timeout=60)
+
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(close, range(10, 30)))
+    for r in results:
+        assert r.returncode == 0, r.stderr
+        assert "locked" not in r.stderr
+    # the daemon saw the same files: its sidecars and the hook's are the same bytes
+    ledger_view = subprocess.run([sys.executable, "-m", "agentledger", "rebuild", *common],
+                                 capture_output=True, text=True)
+    assert ledger_view.returncode == 0 and json.loads(ledger_view.stdout)["sidecars_written"] == 0
+    assert proc.poll() is None

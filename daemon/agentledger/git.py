@@ -62,18 +62,23 @@ def _equal_fold(a: str, b: str) -> bool:
 
 
 class TrunkLog:
-    """``git log <trunk>`` read lazily, newest first, cached for one tip."""
+    """``git log <trunk>`` read lazily, newest first, cached for one tip.
+
+    Each commit gets an ordinal that grows with age (the newest read so far is
+    ``newest``), so "commits above ``sha``" are those with a smaller ordinal.
+    When the trunk fast-forwards linearly, ``extend`` puts the new commits in
+    front with smaller ordinals instead of reading the whole log again."""
 
     def __init__(self, repo: GitRepo, tip: str | None):
         self.repo = repo
         self.tip = tip
-        self.shas: list[str] = []
-        self.subjects: list[str] = []
-        self.revert_runs: list[tuple[str, ...]] = []  # per commit; () unless the body says revert
-        self.reverts: list[int] = []  # indices of commits whose body says revert, ascending
-        self.revert_prefix: dict[str, int] = {}  # hex run -> newest commit whose revert body has it
-        self.by_subject: dict[str, list[int]] = {}  # casefolded subject -> indices, newest first
-        self.index: dict[str, int] = {}
+        self.index: dict[str, int] = {}  # sha -> ordinal
+        self.sha_at: dict[int, str] = {}
+        self.subject_at: dict[int, str] = {}
+        self.revert_prefix: dict[str, int] = {}  # hex run -> newest ordinal whose revert body has it
+        self.by_subject: dict[str, list[int]] = {}  # casefolded subject -> ordinals, newest first
+        self.newest = 0
+        self._next = 0  # ordinal of the next older commit read
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._eof = tip is None
@@ -95,34 +100,47 @@ class TrunkLog:
         if not chunk:
             self._finish()
             if self._buf.strip():
-                self._add(self._buf)
+                self._add(self._buf, self._take_older())
             self._buf = b""
-            return bool(self.shas)
+            return True
         self._buf += chunk
         *records, self._buf = self._buf.split(b"\x1e")
         for rec in records:
-            self._add(rec)
+            if rec.strip():
+                self._add(rec, self._take_older())
         return True
 
-    def _add(self, rec: bytes) -> None:
+    def _take_older(self) -> int:
+        n = self._next
+        self._next += 1
+        return n
+
+    def _add(self, rec: bytes, ordinal: int, *, front: bool = False) -> None:
         text = rec.decode("utf-8", "replace").strip()
-        if not text:
-            return
         sha, _, rest = text.partition("\x1f")
         subject, _, body = rest.partition("\x1f")
-        runs: tuple[str, ...] = ()
+        if sha in self.index:
+            return
+        self.index[sha] = ordinal
+        self.sha_at[ordinal] = sha
+        self.subject_at[ordinal] = subject.strip()
         if "revert" in body.lower():
-            runs = tuple(r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40)
-        i = len(self.shas)
-        if runs:
-            self.reverts.append(i)
-            for run in runs:
-                self.revert_prefix.setdefault(run, i)
-        self.by_subject.setdefault(subject.strip().casefold(), []).append(i)
-        self.index.setdefault(sha, i)
-        self.shas.append(sha)
-        self.subjects.append(subject.strip())
-        self.revert_runs.append(runs)
+            for run in {r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40}:
+                if run not in self.revert_prefix or ordinal < self.revert_prefix[run]:
+                    self.revert_prefix[run] = ordinal
+        ords = self.by_subject.setdefault(subject.strip().casefold(), [])
+        if front:
+            ords.insert(0, ordinal)
+        else:
+            ords.append(ordinal)
+
+    def extend(self, new_tip: str, records: list[bytes]) -> None:
+        """The trunk moved from ``self.tip`` to ``new_tip`` by ``records`` (``old..new``,
+        newest first, no merges): they become the newest commits."""
+        for i, rec in enumerate(reversed(records)):  # oldest of the new ones first
+            self._add(rec, self.newest - 1 - i, front=True)
+        self.newest -= len(records)
+        self.tip = new_tip
 
     def _finish(self) -> None:
         self._eof = True
@@ -150,8 +168,12 @@ class TrunkLog:
                 return None
         return self.index[sha]
 
+    @property
+    def shas(self) -> dict[int, str]:
+        return self.sha_at
+
     def first_revert(self, sha: str, stop: int) -> str:
-        """Newest commit above ``stop`` whose body reverts ``sha`` (spec §4.1 step 5).
+        """Newest commit above ordinal ``stop`` whose body reverts ``sha`` (spec §4.1 step 5).
 
         A body reverts ``sha`` when it says "revert" and one of its hex runs
         (7–40 digits) is a prefix of ``sha``: look each prefix of ``sha`` up."""
@@ -160,14 +182,14 @@ class TrunkLog:
             i = self.revert_prefix.get(sha[:length])
             if i is not None and i < best:
                 best = i
-        return self.shas[best] if best < stop else ""
+        return self.sha_at[best] if best < stop else ""
 
     def subject_match(self, summary: str) -> int | None:
         """Newest commit whose trimmed subject equals ``summary`` (Go EqualFold)."""
         key = summary.casefold()
         while True:
             for i in self.by_subject.get(key, ()):
-                if _equal_fold(self.subjects[i], summary):
+                if _equal_fold(self.subject_at[i], summary):
                     return i
             if not self._read_more():
                 return None
@@ -209,11 +231,35 @@ class GitRepo:
 
     def trunk_log(self) -> TrunkLog:
         tip = self.trunk_tip()
-        if self._trunk_log is None or self._trunk_log.tip != tip:
-            if self._trunk_log is not None:
-                self._trunk_log.close()
-            self._trunk_log = TrunkLog(self, tip)
-        return self._trunk_log
+        log = self._trunk_log
+        if log is not None and log.tip != tip:
+            if log.tip is not None and tip is not None and self._extend(log, tip):
+                return log
+            log.close()
+            log = None
+        if log is None:
+            log = self._trunk_log = TrunkLog(self, tip)
+        return log
+
+    def _extend(self, log: TrunkLog, tip: str) -> bool:
+        """Extend the cached log when the trunk moved forward linearly (then
+        ``git log tip`` is the new commits followed by the old log, exactly)."""
+        if not self.is_ancestor(log.tip, tip):  # type: ignore[arg-type]
+            return False
+        proc = self._run("log", f"{log.tip}..{tip}", "--format=%P%x1f%H%x1f%s%x1f%B%x1e")
+        records = []
+        for rec in proc.stdout.split(b"\x1e"):
+            rec = rec.strip()
+            if not rec:
+                continue
+            parents, _, rest = rec.partition(b"\x1f")
+            if len(parents.split()) != 1:
+                return False  # a merge: date order may interleave old and new
+            records.append(rest)
+        if proc.returncode != 0 or len(records) > 10_000:
+            return False
+        log.extend(tip, records)
+        return True
 
     def close(self) -> None:
         if self._trunk_log is not None:
