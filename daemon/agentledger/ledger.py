@@ -82,6 +82,8 @@ class Ledger:
         self._repos: dict[str, GitRepo] = {}
         self.touched = Touched()  # what ingestion changed since the last scoring pass
         self._ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
+        self._sums: dict[tuple[str, ...], tuple[dict[str, int], _PrefixSums]] = {}  # transcript windows
+        self._fact_versions: dict[str, int] = {}  # transcript directory -> changes seen
 
     def close(self) -> None:
         for repo in self._repos.values():
@@ -143,7 +145,7 @@ class Ledger:
                 for obs in chunk:
                     self._commit_one(src, obs, projector, report)
                 projector.flush()
-            self.touched.merge(projector.touched)
+            self._merge_touched(projector.touched)
 
     def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
                     report: Report) -> None:
@@ -355,7 +357,7 @@ class Ledger:
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
                 (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
                  batch.end.fingerprint, last))
-        self.touched.merge(projector.touched)
+        self._merge_touched(projector.touched)
         report.files_read += 1
 
     # ------------------------------------------------------------------ scoring
@@ -594,20 +596,26 @@ class Ledger:
                     return t
             below = rows[-1][0]
 
+    def _merge_touched(self, touched: Touched) -> None:
+        self.touched.merge(touched)
+        for d in touched.transcript_times:
+            self._fact_versions[d] = self._fact_versions.get(d, 0) + 1
+
     def _transcript_totals(self, src: IterationLogSource, window: tuple[int | None, int]) -> TranscriptTotals:
-        if not (src.transcripts or src.vally_transcripts):
+        """Sums over (start, end] from prefix sums of the source's transcript facts:
+        two binary searches per window (a window can span most of the history)."""
+        dirs = tuple(str(d) for d in (*src.transcripts, *src.vally_transcripts))
+        if not dirs:
             return TranscriptTotals()
-        start, end = window
-        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
-        sql = ("SELECT coalesce(sum(turns), 0), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
-               " coalesce(sum(cache_read), 0), coalesce(sum(cache_creation), 0), coalesce(sum(tool_results), 0),"
-               " coalesce(sum(tool_errors), 0) FROM transcript_facts"
-               " WHERE source IN (SELECT value FROM json_each(?)) AND ts_ns <= ?")
-        args: list = [json.dumps(dirs), end]
-        if start is not None:
-            sql += " AND ts_ns > ?"
-            args.append(start)
-        return TranscriptTotals(*self.conn.execute(sql, args).fetchone())
+        versions = {d: self._fact_versions.get(d, 0) for d in dirs}
+        cached = self._sums.get(dirs)
+        if cached is None or cached[0] != versions:
+            rows = self.conn.execute(
+                "SELECT ts_ns, turns, input_tokens, output_tokens, cache_read, cache_creation, tool_results,"
+                " tool_errors FROM transcript_facts WHERE source IN (SELECT value FROM json_each(?))"
+                " ORDER BY ts_ns", (json.dumps(list(dirs)),))
+            cached = self._sums[dirs] = (versions, _PrefixSums(rows))
+        return TranscriptTotals(*cached[1].total(*window))
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None) -> Report:
@@ -814,6 +822,28 @@ def score_payload(s: Score, digest: str, marker: bool) -> dict:
         "linked_traces": s.linked_traces, "marker": marker,
         "sidecar": sidecars.iteration_sidecar_name(s.iteration),
     }
+
+
+class _PrefixSums:
+    """Fact times in order and running totals of the seven counts (integer sums,
+    so any window's totals equal SQL's SUM over it)."""
+
+    def __init__(self, rows) -> None:
+        from array import array
+
+        self.ts = array("q")
+        self.sums = [array("q", [0]) for _ in range(7)]
+        for ts, *counts in rows:
+            self.ts.append(ts)
+            for s, c in zip(self.sums, counts):
+                s.append(s[-1] + c)
+
+    def total(self, start: int | None, end: int) -> tuple[int, ...]:
+        import bisect
+
+        i = bisect.bisect_right(self.ts, start) if start is not None else 0
+        j = bisect.bisect_right(self.ts, end)
+        return tuple(s[j] - s[i] for s in self.sums) if j > i else (0,) * 7
 
 
 def _window_successors(ends: list[tuple[int, int | None]], changed: set[int]) -> set[int]:
