@@ -28,8 +28,24 @@ class ConfigError(ValueError):
     pass
 
 
+class _Named:
+    """A source is identified in the ledger by its directory's absolute path; its
+    optional name is for people."""
+
+    path: Path
+    name: str
+
+    @property
+    def id(self) -> str:
+        return str(self.path)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.path)
+
+
 @dataclass(frozen=True)
-class IterationLogSource:
+class IterationLogSource(_Named):
     path: Path  # the iteration-log directory
     repo: Path  # the git work tree its records' commits live in
     trunk: str = DEFAULT_TRUNK
@@ -37,30 +53,13 @@ class IterationLogSource:
     transcripts: tuple[Path, ...] = ()  # Claude/Codex transcript directories (read non-recursively)
     vally_transcripts: tuple[Path, ...] = ()  # opt-in: vally trajectories count as transcripts
 
-    @property
-    def id(self) -> str:
-        """Stable identity in the ledger: the directory's absolute path."""
-        return str(self.path)
-
-    @property
-    def label(self) -> str:
-        return self.name or str(self.path)
-
 
 @dataclass(frozen=True)
-class VallySource:
+class VallySource(_Named):
     """A directory tree of vally eval/experiment output (results.jsonl, run-summary.jsonl)."""
 
     path: Path
     name: str = ""
-
-    @property
-    def id(self) -> str:
-        return str(self.path)
-
-    @property
-    def label(self) -> str:
-        return self.name or str(self.path)
 
 
 @dataclass(frozen=True)
