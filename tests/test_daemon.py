@@ -169,3 +169,41 @@ def test_score_beside_the_running_daemon_never_hits_a_locked_database(daemon, tm
                                  capture_output=True, text=True)
     assert ledger_view.returncode == 0 and json.loads(ledger_view.stdout)["sidecars_written"] == 0
     assert proc.poll() is None
+
+
+@pytest.mark.slow
+def test_bad_input_corpus_is_quarantined_while_running(daemon) -> None:
+    proc, notify, log = daemon
+    notify.wait_for("READY=1")
+    items = ",".join(["{name: t, kind: k}"] * 1000)
+    bombs = ",".join(["*v"] * 1000)
+    corpus = {
+        "iter-20.yaml": "schema_version: 2\niteration: 20\nverifiers: [\n",  # truncated YAML
+        "iter-21.yaml": (f"schema_version: 2\niteration: 21\nk: &k [{items}]\n"
+                         f"v: &v {{status: pass, tests_added_by_kind: *k}}\nverifiers: [{bombs}]\n"),  # alias bomb
+        "iter-22.yaml": "schema_version: 99\niteration: 22\n",  # unknown schema_version
+        "iter-23.yaml": "schema_version: 1\niteration: 23\nretries: .inf\n",  # inf where an int goes
+        "iter-25.yaml": "schema_version: 2\niteration: 25\nagent:\n  session_id: ../../etc/x\n",
+    }
+    for name, text in corpus.items():
+        (log / name).write_text(text)
+    (log / "iter-24.yaml").write_bytes(b"schema_version: 1\niteration: 24\nsummary: \"\xc3\x28\"\n")  # bad UTF-8
+    (log / "iter-26.yaml").write_bytes(b"x: " + b"y" * (100 << 20) + b"\n")  # a 100 MB single line
+    os.symlink("iter-27.yaml", log / "iter-27.yaml")  # a symlink loop
+    (log / "iter-28.yaml").mkdir()  # a directory named like a record
+    (log / "iter-29.yaml").write_text("schema_version: 2\niteration: 29\nsession_tokens:\n  cache_hit_rate: .nan\n")
+    (log / "iter-30.yaml").write_text(RECORD.format(n=30, r=0))
+    assert wait_until(lambda: (log / "iter-30.score.yaml").is_file(), timeout=30)
+    assert wait_until(lambda: (log / "iter-29.score.yaml").is_file(), timeout=10)  # NaN is a value, scored
+    assert proc.poll() is None
+    out = subprocess.run([sys.executable, "-m", "agentledger", "quarantine", "--json", "--db",
+                          str(log.parent / "l.sqlite")], capture_output=True, text=True)
+    reasons = {q["path"]: q["reason"] for q in json.loads(out.stdout)}
+    expected = {f"iter-{n}.yaml" for n in (20, 21, 22, 23, 24, 25, 26, 27, 28)}
+    assert expected <= set(reasons), sorted(expected - set(reasons))
+    assert "expands too many aliases" in reasons["iter-21.yaml"]
+    assert "max_file_bytes" in reasons["iter-26.yaml"]
+    assert "refused" in reasons["iter-25.yaml"] and (log / "iter-25.score.yaml").is_file()
+    assert not (log.parent.parent / "etc").exists()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0

@@ -138,3 +138,26 @@ def test_vally_trajectories_as_opt_in_transcripts(tmp_path: Path, make_repo) -> 
     assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections, 57% tool-error rate"
     (r,) = json.loads(run_cli("runs", "--json", *db)[1])
     assert r["trials"] == 1  # read twice (plain, then with turns), counted once
+
+
+def test_in_process_appends_keep_window_totals_fresh(scenario) -> None:
+    """One long-lived ledger (as the daemon): each append must reach the window sums."""
+    from agentledger import config as C
+    from agentledger.ledger import Ledger
+
+    log, run, tmp = scenario
+    args = run("backfill_claude", cmd=())
+    cfg = C.with_overrides(C.load(None, env={}), db=args[args.index("--db") + 1],
+                           iteration_log=args[args.index("--iteration-log") + 1],
+                           repo=args[args.index("--repo") + 1], transcripts=[args[args.index("--transcripts") + 1]])
+    led = Ledger(cfg)
+    led.scan_all()
+    src = cfg.iteration_logs[0]
+    for k in range(3):
+        with (tmp / "backfill_claude" / "session.jsonl").open("a") as fh:
+            fh.write('{"type":"user","timestamp":"2026-05-17T04:4%d:00Z","message":{"content":'
+                     '[{"type":"tool_result","is_error":true}]}}\n' % k)
+        led.ingest_transcripts(tmp / "backfill_claude")
+        led.rescore(src)
+        assert f"{round(100 * (2 + k) / (4 + k))}% tool-error rate" in (log / "iter-2.score.yaml").read_text()
+    led.close()

@@ -145,7 +145,7 @@ class Ledger:
                 for obs in chunk:
                     self._commit_one(src, obs, projector, report)
                 projector.flush()
-            self._merge_touched(projector.touched)
+            self._merge_touched(projector.queued)
 
     def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
                     report: Report) -> None:
@@ -357,7 +357,7 @@ class Ledger:
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
                 (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
                  batch.end.fingerprint, last))
-        self._merge_touched(projector.touched)
+        self._merge_touched(projector.queued)
         report.files_read += 1
 
     # ------------------------------------------------------------------ scoring
@@ -467,13 +467,17 @@ class Ledger:
         trunk (commits that became reachable, reverts and subjects in old..new, or
         everything if history was rewritten); plus iterations with no score under
         the active rubric. A full pass (``score(src)``) stays the backstop."""
-        t = self.touched
-        out = {it for s, it in t.iterations if s == src.id}
+        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
+        queued = self.conn.execute(
+            "SELECT id, source, kind, key, lo, hi FROM pending WHERE source = ? OR source IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps(dirs))).fetchall()
+        self._consumed = (src.id, [r[0] for r in queued])
+        out = {int(r[3]) for r in queued if r[2] == "iteration" and r[1] == src.id}
         out |= {r[0] for r in self.conn.execute(
             "SELECT iteration FROM iterations WHERE source = ? AND iteration NOT IN"
             " (SELECT iteration FROM scores WHERE source = ? AND rubric_version = ?)",
             (src.id, src.id, self.rubric.version))}
-        paths = {p for s, p in t.artifacts if s == src.id}
+        paths = {r[3] for r in queued if r[2] == "artifact" and r[1] == src.id}
         if paths:
             if any(p.startswith(".agents/workflow/plans/") for p in paths):
                 out |= {r[0] for r in self.conn.execute(
@@ -481,8 +485,7 @@ class Ledger:
             for it, _kind, raw in self._artifact_refs_by_iteration(src):
                 if resolve_artifact_path(raw) in paths:
                     out.add(it)
-        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
-        times = sorted(ts for d in dirs for ts in t.transcript_times.get(d, ()))
+        spans = [(r[4], r[5]) for r in queued if r[2] == "transcript"]
         tip = None
         repo = self.repo(src)
         if repo.check() is None:
@@ -499,11 +502,12 @@ class Ledger:
                 res = repo.resolve([r[1] for r in rows])
                 self._ends[src.id] = {it: _ns(res[c].commit_time) for it, c, _ in rows}
                 out |= self._trunk_affected(repo, old, tip, rows, res, forward)
-            if out or times:
-                ends = self._commit_times(src, repo, {it for s, it in t.iterations if s == src.id})
+            if out or spans:
+                ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
+                                                      and r[1] == src.id})
                 out |= _window_successors(ends, out)
-                if times:
-                    out |= _windows_holding(ends, times)
+                if spans:
+                    out |= _windows_meeting(ends, spans)
         self._pending_tip = (src.id, tip)
         return sorted(out)
 
@@ -532,9 +536,14 @@ class Ledger:
         """After a pass that accounted for trunk moves, remember the tip it saw."""
         pending = getattr(self, "_pending_tip", None)
         tip = pending[1] if pending and pending[0] == src.id else self.repo(src).trunk_tip()
+        consumed = getattr(self, "_consumed", None)
+        ids = consumed[1] if consumed and consumed[0] == src.id else []
         with store.write_transaction(self.conn):
             self.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
-        self.touched = Touched()
+            if ids:  # only what this pass read: rows queued meanwhile stay queued
+                self.conn.execute("DELETE FROM pending WHERE id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps(ids),))
+        self._consumed = None
 
     def _trunk_affected(self, repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict,
                         forward: bool) -> set[int]:
@@ -857,6 +866,21 @@ def _window_successors(ends: list[tuple[int, int | None]], changed: set[int]) ->
             pending = False
         if it in changed:
             pending = True
+    return out
+
+
+def _windows_meeting(ends: list[tuple[int, int | None]], spans: list[tuple[int, int]]) -> set[int]:
+    """Iterations whose window (previous resolved end, own end] meets one of the
+    [lo, hi] spans of new transcript facts (a superset of the exact windows hit;
+    rescoring is gated by the inputs hash)."""
+    out = set()
+    prev = None
+    for it, end in ends:
+        if end is None:
+            continue
+        if any(lo <= end and (prev is None or hi > prev) for lo, hi in spans):
+            out.add(it)
+        prev = end
     return out
 
 

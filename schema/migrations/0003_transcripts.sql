@@ -28,3 +28,17 @@ CREATE TABLE git_state (
     source    TEXT PRIMARY KEY,
     trunk_tip TEXT
 ) STRICT;
+
+-- What ingested events may have changed, for the next scoring pass: written in
+-- the same transaction as the events, deleted after the pass that handled them,
+-- so a crash between ingesting and scoring loses no work. A projection: a
+-- rebuild queues everything (rescoring is gated by the inputs hash).
+CREATE TABLE pending (
+    id     INTEGER PRIMARY KEY,
+    source TEXT    NOT NULL,
+    kind   TEXT    NOT NULL,           -- iteration | artifact | transcript
+    key    TEXT    NOT NULL,           -- iteration number, repo path, or transcript directory
+    lo     INTEGER,                    -- transcript: earliest new fact time (ns)
+    hi     INTEGER                     -- transcript: latest new fact time (ns)
+) STRICT;
+CREATE INDEX pending_by_source ON pending (source, kind);

@@ -21,7 +21,7 @@ from .events import Event, canonical_json
 
 PROJECTION_TABLES = (
     "record_files", "iterations", "hook_outcomes", "labels", "artifacts",
-    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials", "transcript_facts",
+    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials", "transcript_facts", "pending",
 )
 
 
@@ -72,8 +72,14 @@ class Projector:
         self.dirty_sessions: set[tuple[str, str, str]] = set()
         self.run_deltas: dict[tuple[str, str], list[int]] = {}  # (source, run_dir) -> [trials, passed, errors, seq]
         self.touched = Touched()
+        self._queued = Touched()
         self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
         self.touched_sessions: set[tuple[str, str, str]] = set()
+
+    @property
+    def queued(self) -> Touched:
+        """What the last ``flush`` queued for scoring."""
+        return self._queued
 
     # -- dispatch -------------------------------------------------------------
     def apply(self, ev: Event) -> None:
@@ -83,7 +89,9 @@ class Projector:
         handler(ev, ev.payload)
 
     def flush(self) -> set[tuple[str, str, str]]:
-        """Recompute touched sessions; returns the (source, session, rubric) keys changed."""
+        """Queue what changed for scoring, recompute touched sessions; returns the
+        (source, session, rubric) keys changed."""
+        self._queue_pending()
         for (source, run_dir), (n, passed, errors, seq) in sorted(self.run_deltas.items()):
             self.conn.execute(
                 "UPDATE runs SET trials = trials + ?, passed = passed + ?, errors = errors + ?,"
@@ -96,6 +104,17 @@ class Projector:
         self.dirty_sessions.clear()
         self.touched_sessions |= changed
         return changed
+
+    def _queue_pending(self) -> None:
+        t = self.touched
+        rows = [(s, "iteration", str(it), None, None) for s, it in sorted(t.iterations)]
+        rows += [(s, "artifact", p, None, None) for s, p in sorted(t.artifacts)]
+        rows += [(d, "transcript", d, min(ts), max(ts)) for d, ts in sorted(t.transcript_times.items()) if ts]
+        if rows:
+            self.conn.executemany("INSERT INTO pending (source, kind, key, lo, hi) VALUES (?,?,?,?,?)", rows)
+        self._queued = Touched()
+        self._queued.merge(t)  # what was queued stays readable (the ledger's in-memory view)
+        self.touched = Touched()
 
     # -- helpers ----------------------------------------------------------------
     def _resolve_quarantine(self, source: str, path: str, seq: int) -> None:
