@@ -31,8 +31,8 @@ CREATE TABLE git_state (
 
 -- What ingested events may have changed, for the next scoring pass: written in
 -- the same transaction as the events, deleted after the pass that handled them,
--- so a crash between ingesting and scoring loses no work. A projection: a
--- rebuild queues everything (rescoring is gated by the inputs hash).
+-- so a crash between ingesting and scoring loses no work. A work queue (source
+-- state, like checkpoints), not a projection: rebuild leaves it alone.
 CREATE TABLE pending (
     id     INTEGER PRIMARY KEY,
     source TEXT    NOT NULL,

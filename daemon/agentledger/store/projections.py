@@ -21,7 +21,7 @@ from .events import Event, canonical_json
 
 PROJECTION_TABLES = (
     "record_files", "iterations", "hook_outcomes", "labels", "artifacts",
-    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials", "transcript_facts", "pending",
+    "scores", "sessions", "quarantine", "ledger_state", "runs", "trials", "transcript_facts",
 )
 
 
@@ -67,8 +67,11 @@ def _real(x: float) -> float | None:
 
 
 class Projector:
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, *, queue: bool = True):
+        """``queue``: record what changed in ``pending`` for the next scoring pass
+        (off for ``rebuild``, which reproduces scores rather than asking for them)."""
         self.conn = conn
+        self.queue = queue
         self.dirty_sessions: set[tuple[str, str, str]] = set()
         self.run_deltas: dict[tuple[str, str], list[int]] = {}  # (source, run_dir) -> [trials, passed, errors, seq]
         self.touched = Touched()
@@ -110,7 +113,7 @@ class Projector:
         rows = [(s, "iteration", str(it), None, None) for s, it in sorted(t.iterations)]
         rows += [(s, "artifact", p, None, None) for s, p in sorted(t.artifacts)]
         rows += [(d, "transcript", d, min(ts), max(ts)) for d, ts in sorted(t.transcript_times.items()) if ts]
-        if rows:
+        if rows and self.queue:
             self.conn.executemany("INSERT INTO pending (source, kind, key, lo, hi) VALUES (?,?,?,?,?)", rows)
         self._queued = Touched()
         self._queued.merge(t)  # what was queued stays readable (the ledger's in-memory view)
@@ -392,7 +395,7 @@ def rebuild(conn: sqlite3.Connection) -> int:
     with write_transaction(conn):
         for table in PROJECTION_TABLES:
             conn.execute(f"DELETE FROM {table}")
-        projector = Projector(conn)
+        projector = Projector(conn, queue=False)
         for ev in read(conn):
             projector.apply(ev)
             count += 1
