@@ -207,3 +207,81 @@ def test_bad_input_corpus_is_quarantined_while_running(daemon) -> None:
     assert not (log.parent.parent / "etc").exists()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.slow
+def test_a_burst_of_a_thousand_files_and_a_source_that_appears_later(tmp_path: Path, make_repo) -> None:
+    repo = make_repo()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 2\n'
+                   f'[[iteration_logs]]\npath = "{a}"\nrepo = "{repo.path}"\n'
+                   f'[[iteration_logs]]\npath = "{b}"\nrepo = "{repo.path}"\n')
+    notify = Notify(tmp_path / "n.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                            stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
+                            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        notify.wait_for("READY=1")  # one source missing does not stop the other
+        for n in range(1, 1001):
+            (a / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 4))
+        assert wait_until(lambda: len(list(a.glob("iter-*.score.yaml"))) == 1000, timeout=120)
+        b.mkdir()
+        (b / "iter-1.yaml").write_text(RECORD.format(n=1, r=2))
+        assert wait_until(lambda: (b / "iter-1.score.yaml").is_file(), timeout=30)  # the reconcile found it
+        assert proc.poll() is None
+        assert "does not exist" in (tmp_path / "daemon.log").read_text()  # and it was said
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        notify.close()
+
+
+@pytest.mark.slow
+def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, make_repo) -> None:
+    """The ledger's file system fills up: the daemon logs, backs off, stays up, and catches up
+    once there is room again; the database stays intact."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        repo = make_repo()
+        log = tmp_path / "log"
+        log.mkdir()
+        (log / "iter-1.yaml").write_text(RECORD.format(n=1, r=0))
+        db = small / "l.sqlite"
+        notify = Notify(tmp_path / "n.sock")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentledger", "run", "--iteration-log", str(log), "--repo", str(repo.path),
+             "--db", str(db)], stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+        notify.wait_for("READY=1")
+        ballast = small / "ballast"
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)  # fill the file system to the last block
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for n in range(2, 40):  # records big enough to need new pages
+            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 3000}\"\n")
+        assert wait_until(lambda: "step failed; will retry" in (tmp_path / "daemon.log").read_text(), timeout=20)
+        assert proc.poll() is None
+        ballast.unlink()  # space comes back
+        assert wait_until(lambda: len(list(log.glob("iter-*.score.yaml"))) == 39, timeout=60)
+        assert "recovered" in (tmp_path / "daemon.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        notify.close()
+        import sqlite3
+
+        with sqlite3.connect(db) as c:
+            assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 39
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)

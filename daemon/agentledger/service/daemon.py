@@ -62,6 +62,8 @@ class Daemon:
         self.notifier = Notifier()
         self.ledger: Ledger | None = None
         self.last_change = time.monotonic()
+        self.failures = 0  # consecutive failed steps
+        self.retry_at: float | None = None  # when to retry after a failure (a reconcile)
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -125,6 +127,9 @@ class Daemon:
                 if changes:
                     self.last_change = time.monotonic()
                     self._guard("changes", lambda c=changes: self._handle(c))
+                if self.retry_at is not None and time.monotonic() >= self.retry_at:
+                    self.retry_at = None
+                    self.requests.put("reconcile")
                 if self._drain():  # the watched paths changed (config reload)
                     paths = self._watch_paths()
                     break
@@ -132,14 +137,24 @@ class Daemon:
                     return
 
     def _guard(self, what: str, fn: Callable[[], Report | None]) -> None:
-        """Never let one bad step end the service: log it and carry on (retry next time)."""
+        """Never let one failing step end the service (a full disk, a read-only or
+        locked store, a vanished directory): log it and retry with a reconcile after
+        an exponential backoff (0.5 s doubling to 60 s). Nothing is lost meanwhile:
+        a failed transaction moved no checkpoint, so the reconcile reads it again."""
         try:
             report = fn()
             if report is not None:
                 self._log_report(what, report)
+            if self.failures:
+                log.info("recovered", step=what, after_failures=self.failures)
+            self.failures = 0
         except Exception as exc:  # noqa: BLE001 - the daemon must outlive any one failure
-            log.error("step failed; will retry", step=what, error=f"{type(exc).__name__}: {exc}", exc_info=True)
-            time.sleep(0.5)
+            self.failures += 1
+            delay = min(60.0, 0.5 * 2 ** (self.failures - 1))
+            self.retry_at = time.monotonic() + delay
+            log.error("step failed; will retry", step=what, error=f"{type(exc).__name__}: {exc}",
+                      retry_in_s=delay, failures=self.failures,
+                      exc_info=self.failures == 1)  # the traceback once, not on every retry
 
     def _drain(self) -> bool:
         rewatch = False
