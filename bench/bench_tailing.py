@@ -20,9 +20,7 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentledger import parallel, synth
-from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
+from agentledger.config import Config, StoreConfig, make_source
 from agentledger.ledger import Ledger
 from agentledger.sidecars import BreakdownRow, render_iteration, render_iteration_generic
 

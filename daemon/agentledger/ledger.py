@@ -884,20 +884,6 @@ def _windows_meeting(ends: list[tuple[int, int | None]], spans: list[tuple[int, 
     return out
 
 
-def _windows_holding(ends: list[tuple[int, int | None]], times: list[int]) -> set[int]:
-    """Iterations whose window (previous resolved end, own end] holds one of ``times`` (sorted)."""
-    import bisect
-
-    out = set()
-    prev = None
-    for it, end in ends:
-        if end is None:
-            continue
-        i = bisect.bisect_right(times, prev) if prev is not None else 0
-        if i < len(times) and times[i] <= end:
-            out.add(it)
-        prev = end
-    return out
 
 
 def _ns(iso: str | None) -> int | None:

@@ -38,34 +38,23 @@ class _Analysis:
     __slots__ = ("plain", "single", "block", "multiline")
 
     def __init__(self, s: str):
-        flow_ind = block_ind = False
+        block_ind = False  # only block context is emitted: flow indicators never matter
         leading_space = leading_break = trailing_space = trailing_break = False
         break_space = space_break = previous_space = previous_break = False
         special = tabs = line_breaks = False
         if s.startswith("---") or s.startswith("..."):
-            block_ind = flow_ind = True
+            block_ind = True
         n = len(s)
         preceded_ws = True
         for i, ch in enumerate(s):
             followed_ws = i + 1 >= n or s[i + 1] in " \t\n\r"
             if i == 0:
                 if ch in "#,[]{}&*!|>'\"%@`":
-                    flow_ind = block_ind = True
-                elif ch in "?:":
-                    flow_ind = True
-                    if followed_ws:
-                        block_ind = True
-                elif ch == "-" and followed_ws:
-                    flow_ind = block_ind = True
-            else:
-                if ch in ",?[]{}":
-                    flow_ind = True
-                elif ch == ":":
-                    flow_ind = True
-                    if followed_ws:
-                        block_ind = True
-                elif ch == "#" and preceded_ws:
-                    flow_ind = block_ind = True
+                    block_ind = True
+                elif ch in "?:-" and followed_ws:
+                    block_ind = True
+            elif (ch == ":" and followed_ws) or (ch == "#" and preceded_ws):
+                block_ind = True
             if ch == "\t":
                 tabs = True
             elif not _printable(ord(ch)):

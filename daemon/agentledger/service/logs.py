@@ -18,8 +18,6 @@ import structlog
 _PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
-def _syslog_prefix(_, __, line: str) -> str:
-    return line
 
 
 class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):

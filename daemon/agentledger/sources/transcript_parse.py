@@ -77,12 +77,6 @@ def _fields(pairs: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _obj(value: Any) -> list | None:
-    if value is None:
-        return None
-    if isinstance(value, list) and all(isinstance(p, tuple) for p in value):
-        return value  # object_pairs_hook output
-    raise Skip
 
 
 def _str(value: Any) -> str:

@@ -8,7 +8,6 @@ sessions an event touched (``flush``).
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 from dataclasses import dataclass, field
