@@ -274,7 +274,8 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
         assert proc.poll() is None
         ballast.unlink()  # space comes back
         assert wait_until(lambda: len(list(log.glob("iter-*.score.yaml"))) == 39, timeout=60)
-        assert "recovered" in (tmp_path / "daemon.log").read_text()
+        # logged when the retried step returns, a moment after its last sidecar lands
+        assert wait_until(lambda: "recovered" in (tmp_path / "daemon.log").read_text(), timeout=10)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         notify.close()

@@ -43,7 +43,10 @@ def setup(fmt: str = "json", level: str = "info") -> None:
     handler.setFormatter(formatter_cls(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.dict_tracebacks if fmt != "console" else structlog.processors.format_exc_info,
+                    # Tracebacks without frame locals: locals can hold file contents.
+                    structlog.processors.ExceptionRenderer(
+                        structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
+                    if fmt != "console" else structlog.processors.format_exc_info,
                     renderer],
     ))
     root = logging.getLogger()
