@@ -1,6 +1,7 @@
 """Benchmarks for the running daemon (issues #3 and #4). Prints figures; asserts nothing.
 
     python bench/bench_daemon.py [--iterations 10000] [--idle-seconds 60] [--closes 200] [--appends 100]
+                                 [--churn-rounds 0]
 
 Generates a log with a git repository and a Claude transcript, starts
 ``agentledger run`` (with a notification socket, so READY is known), then:
@@ -13,7 +14,13 @@ Generates a log with a git repository and a Claude transcript, starts
 * transcript latency: a line with a tool error is appended inside an already
   closed iteration's window; time until that iteration's sidecar shows it;
   p50/p95 over ``--appends`` (target p95 ≤ 500 ms);
-* RSS after the initial scan and after all of the above.
+* RSS after the initial scan and after all of the above;
+* with ``--churn-rounds R``, a long mixed workload afterwards: each round
+  edits 5 already closed iterations (editor-style save that changes their
+  score), appends 3 transcript lines and closes one new iteration, then waits
+  for its sidecar. RSS is sampled every R/10 rounds; "no growth" means the
+  second half of the samples is flat once SQLite's page cache (64 MiB cap) and
+  the commit-time cache are warm.
 """
 
 from __future__ import annotations
@@ -61,12 +68,46 @@ def wait_for(pred, timeout: float = 30.0) -> float:
     raise SystemExit("timed out waiting for the daemon")
 
 
+def churn_rounds(gen, pid: int, transcript: Path, first: int, rounds: int) -> dict | None:
+    if not rounds:
+        return None
+    rng = random.Random(11)
+    closed: list[int] = []
+    samples, changes, start = [], 0, time.perf_counter()
+    every = max(1, rounds // 10)
+    for r in range(rounds):
+        for i in rng.sample(closed, min(5, len(closed))):
+            path = gen.log / f"iter-{i}.yaml"
+            text = path.read_text()
+            text = text.replace("retries: 0", "retries: 2") if "retries: 0" in text else \
+                text.replace("retries: 1", "retries: 0").replace("retries: 2", "retries: 0")
+            tmp = path.with_name(f".iter-{i}.yaml.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+            changes += 1
+        with transcript.open("a") as fh:
+            for k in range(3):
+                ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0 + 60 * rng.randint(10, 1999))) + ".500Z"
+                fh.write(json.dumps({"type": "user", "timestamp": ts, "message": {"content": [
+                    {"type": "tool_result", "tool_use_id": f"c{r}-{k}", "is_error": k == 0}]}}) + "\n")
+                changes += 1
+        n = first + r
+        synth.add_iteration(gen, n)
+        changes += 1
+        closed.append(n)
+        wait_for((gen.log / f"iter-{n}.score.yaml").exists, timeout=60)
+        if (r + 1) % every == 0:
+            samples.append(round(rss_mb(pid)))
+    return {"rounds": rounds, "changes": changes, "seconds": round(time.perf_counter() - start), "rss_mb": samples}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=10000)
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--closes", type=int, default=200)
     ap.add_argument("--appends", type=int, default=100)
+    ap.add_argument("--churn-rounds", type=int, default=0)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentledger-daemon-bench-"))
     try:
@@ -117,6 +158,7 @@ def main() -> None:
             except SystemExit:
                 pass  # this iteration's commit does not resolve: no window, nothing to rewrite
         rss_end = rss_mb(proc.pid)
+        churn = churn_rounds(gen, proc.pid, transcript, args.iterations + args.closes + 1, args.churn_rounds)
         proc.terminate()
         proc.wait(timeout=30)
 
@@ -134,7 +176,11 @@ def main() -> None:
         if appends:
             print(f"transcript line → rewritten sidecar: p50 {result['transcript_p50_ms']} ms, "
                   f"p95 {result['transcript_p95_ms']} ms over {len(appends)}")
-        print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the churn")
+        print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the closes and appends")
+        if churn:
+            result["churn"] = churn
+            print(f"churn: {churn['rounds']} rounds ({churn['changes']} file changes) in {churn['seconds']} s;"
+                  f" RSS samples (MB): {churn['rss_mb']}")
         print(json.dumps(result))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import Repo
+
 RECORD = "schema_version: 1\niteration: {n}\nscope_note: on-target\ntests_total_pass: true\nretries: {r}\n"
 
 
@@ -286,3 +288,100 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
             assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 39
     finally:
         subprocess.run(["umount", "-l", str(small)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_read_only_store_is_waited_for_and_a_failing_step_retried(tmp_path: Path, make_repo) -> None:
+    """The store's directory is read-only when the service starts (a read-only bind
+    mount, as a unit without ReadWritePaths= or a file system mounted ro at boot
+    gives): it logs and waits with backoff, then opens, scans and scores once writable."""
+    state = tmp_path / "state"
+    state.mkdir()
+    if subprocess.run(["mount", "--bind", str(state), str(state)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(state)], check=True)
+        repo = make_repo()
+        log = tmp_path / "log"
+        log.mkdir()
+        for n in range(1, 6):
+            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n))
+        db = state / "l.sqlite"
+        notify = Notify(tmp_path / "n.sock")
+        daemon_log = tmp_path / "daemon.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentledger", "run", "--iteration-log", str(log), "--repo", str(repo.path),
+             "--db", str(db)], stdout=daemon_log.open("w"), stderr=subprocess.STDOUT,
+            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+        assert wait_until(lambda: daemon_log.read_text().count("cannot open the ledger; will retry") >= 2,
+                          timeout=20)
+        assert proc.poll() is None and notify.wait_for("STATUS=waiting for the store")
+        assert not any("READY=1" in m for m in notify.messages) and not list(log.glob("*.score.yaml"))
+        subprocess.run(["mount", "-o", "remount,rw,bind", str(state)], check=True)
+        notify.wait_for("READY=1", timeout=30)
+        assert wait_until(lambda: len(list(log.glob("iter-*.score.yaml"))) == 5, timeout=30)
+        assert "recovered" in daemon_log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        notify.close()
+        import sqlite3
+
+        with sqlite3.connect(db) as c:
+            assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_an_unreadable_source_directory_is_retried_and_others_are_unaffected() -> None:
+    """Run as an unprivileged user (root reads everything), one of two logs mode 000."""
+    if os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists():
+        pytest.skip("needs root and setpriv to run the daemon as an unprivileged user")
+    import pwd
+    import shutil
+    import tempfile
+
+    nobody = pwd.getpwnam("nobody")
+    base = Path(tempfile.mkdtemp(prefix="agentledger-eacces-"))
+    try:
+        base.chmod(0o755)
+        repo = Repo(base / "repo")
+        a, b = base / "a", base / "b"
+        for d in (a, b):
+            d.mkdir()
+            (d / "iter-1.yaml").write_text(RECORD.format(n=1, r=0))
+        cfg = base / "agentledger.toml"
+        cfg.write_text(f'[store]\npath = "{base / "state" / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 2\n'
+                       f'[[iteration_logs]]\npath = "{a}"\nrepo = "{repo.path}"\n'
+                       f'[[iteration_logs]]\npath = "{b}"\nrepo = "{repo.path}"\n')
+        (base / "home").mkdir()
+        for p in [base, *base.rglob("*")]:
+            os.chown(p, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
+        daemon_log = base / "daemon.log"
+        proc = subprocess.Popen(
+            ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+             sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+            stdout=daemon_log.open("w"), stderr=subprocess.STDOUT,
+            env={**os.environ, "HOME": str(base / "home")})
+        try:
+            assert wait_until(lambda: (b / "iter-1.score.yaml").is_file(), timeout=30)
+            b.chmod(0o000)  # b becomes unreadable while the service runs
+            assert wait_until(lambda: "Permission denied" in daemon_log.read_text(), timeout=15), \
+                daemon_log.read_text()
+            (a / "iter-2.yaml").write_text(RECORD.format(n=2, r=1))
+            assert wait_until(lambda: (a / "iter-2.score.yaml").is_file(), timeout=10)  # a is unaffected
+            assert proc.poll() is None
+            b.chmod(0o755)  # access comes back: the next reconcile picks up what was written meanwhile
+            (b / "iter-2.yaml").write_text(RECORD.format(n=2, r=3))
+            assert wait_until(lambda: (b / "iter-2.score.yaml").is_file(), timeout=30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        import sqlite3
+
+        with sqlite3.connect(base / "state" / "l.sqlite") as c:  # an unlistable directory removed nothing
+            assert c.execute("SELECT count(*) FROM events WHERE type = 'file.removed'").fetchone()[0] == 0
+            assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 4, daemon_log.read_text()
+            assert c.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0, daemon_log.read_text()
+    finally:
+        b.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)

@@ -42,6 +42,24 @@ def test_append_is_idempotent(tmp_path: Path) -> None:
     assert row[0] == 1 and row[1].startswith("sha256:") and row[2] == 1
 
 
+def test_append_many_matches_one_by_one_appends(tmp_path: Path) -> None:
+    from agentledger.store.events import append_many
+
+    def ev(key: str, v: str) -> Event:
+        return Event("rubric.activated", "ledger", "ledger", key, {"version": v, "previous": None})
+
+    conn = db.connect(tmp_path / "l.sqlite")
+    with db.write_transaction(conn):
+        append(conn, ev("a", "1"))
+        new = append_many(conn, [ev("b", "2"), ev("a", "x"), ev("c", "3"), ev("b", "y"), ev("d", "4")])
+    assert [e.payload["version"] for e in new] == ["2", "3", "4"]
+    stored = conn.execute("SELECT seq, json_extract(payload, '$.version') FROM events ORDER BY seq").fetchall()
+    assert [tuple(r) for r in stored] == [(1, "1"), (2, "2"), (3, "3"), (4, "4")]
+    assert [e.seq for e in new] == [2, 3, 4]
+    with db.write_transaction(conn):
+        assert append_many(conn, [ev("a", "1"), ev("d", "4")]) == []
+
+
 def test_old_payload_versions_are_upcast_on_read_never_rewritten(tmp_path: Path, monkeypatch) -> None:
     conn = db.connect(tmp_path / "l.sqlite")
     with db.write_transaction(conn):

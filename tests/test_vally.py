@@ -131,6 +131,30 @@ def test_file_lifecycle(tmp_path: Path) -> None:
     assert dump() == before
 
 
+def test_values_sqlite_or_json_cannot_hold_are_quarantined_and_repeats_in_one_batch_count_once(
+        tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    f = root / "run-b" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    led = ledger(tmp_path, root)
+    line = synth.vally_trial_line(0)
+    nan = synth.vally_trial_line(1).replace(b'"score":', b'"score":NaN,"x":', 1)
+    huge = synth.vally_trial_line(2).replace(b'"durationMs":', b'"durationMs":99999999999999999999999,"x":', 1)
+    assert nan != synth.vally_trial_line(1) and huge != synth.vally_trial_line(2)
+    again = line.replace(b'"durationMs":', b'"durationMs":1', 1)  # same trial re-reported, same batch
+    f.write_bytes(line + nan + huge + again + line)
+    report = led.ingest_vally(led.cfg.vally[0])
+    assert report.quarantined == 2 and not report.errors
+    reasons = sorted(r[0] for r in led.conn.execute("SELECT reason FROM quarantine"))
+    assert "beyond a 64-bit integer" in reasons[0] and "gradeResult.score is nan" in reasons[1]
+    # lines 1 and 5 are the same bytes: one event; line 4 replaced the trial's row
+    assert count(led, "SELECT count(*) FROM events WHERE type = 'trial.completed'") == 2
+    assert count(led, "SELECT count(*) FROM trials") == 1
+    assert tuple(led.conn.execute("SELECT trials, passed, errors FROM runs").fetchone()) == \
+        tuple(led.conn.execute("SELECT count(*), sum(passed), sum(status = 'error') FROM trials").fetchone())
+    assert count(led, "SELECT duration_ms FROM trials") == int(b"1" + line.split(b'"durationMs":')[1].split(b",")[0])
+
+
 def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
     root = tmp_path / "out"
     f = root / "run" / "results.jsonl"

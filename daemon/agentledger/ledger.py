@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from .scoring.inputs import ScoringInputs, TranscriptTotals
 from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
-from .store.events import Event, append, canonical_json, content_hash, upcast
+from .store.events import Event, append, append_many, canonical_json, content_hash, upcast
 from .store.projections import Projector, Touched, render_score_payload, session_document
 
 log = logging.getLogger("agentledger")
@@ -147,6 +148,19 @@ class Ledger:
                 projector.flush()
             self._merge_touched(projector.queued)
 
+    def _record(self, events: list[Event], projector: Projector, report: Report, where: object) -> int | None:
+        """Append ``events`` (inside the caller's transaction), project the new ones,
+        count and log them; the ``seq`` of the last new event, if any."""
+        last = None
+        for ev in append_many(self.conn, events):
+            projector.apply(ev)
+            last = ev.seq
+            report.events += 1
+            if ev.type == "source.quarantined":
+                report.quarantined += 1
+                log.warning("quarantined %s: %s", where, ev.payload["reason"])
+        return last
+
     def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
                     report: Report) -> None:
         row = self.conn.execute("SELECT content_hash FROM source_checkpoints WHERE source = ? AND path = ?",
@@ -161,13 +175,7 @@ class Ledger:
             for i, ev in enumerate(obs.events):
                 ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{prev or '-'}|{i}"
                 ev.occurred_at = occurred
-                if append(self.conn, ev):
-                    projector.apply(ev)
-                    last_seq = ev.seq
-                    report.events += 1
-                    if ev.type == "source.quarantined":
-                        report.quarantined += 1
-                        log.warning("quarantined %s: %s", obs.cand.abs, ev.payload["reason"])
+            last_seq = self._record(obs.events, projector, report, obs.cand.abs)
         if obs.digest is None:
             self.conn.execute("DELETE FROM source_checkpoints WHERE source = ? AND path = ?",
                               (src.id, obs.cand.rel))
@@ -184,7 +192,12 @@ class Ledger:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
         report = Report()
         if iterations is None:
-            cands = S.log_candidates(src)
+            try:
+                cands = S.log_candidates(src)
+            except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
+                report.errors.append(f"{src.path}: cannot list the iteration-log directory: "
+                                     f"{exc.strerror or exc}")
+                return report
             seen = {c.rel for c in cands}
             gone = [r[0] for r in self.conn.execute(
                 "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?)",
@@ -253,18 +266,22 @@ class Ledger:
         for repo in self._repos.values():
             repo.forget()
         self._ends.clear()
+        unreadable = set()
         for src in self.cfg.iteration_logs:
             if not src.path.is_dir():
                 total.errors.append(f"{src.path}: iteration-log directory does not exist")
                 continue
-            total.add(self.ingest(src))
+            report = self.ingest(src)
+            if report.errors and not os.access(src.path, os.R_OK | os.X_OK):
+                unreadable.add(src.id)  # nothing to score or write there until it can be read
+            total.add(report)
         for vsrc in self.cfg.vally:
             total.add(self.ingest_vally(vsrc))
         backfill = self.ensure_rubric(progress=progress)
         if backfill:
             total.add(backfill)
         for src in self.cfg.iteration_logs:
-            if src.path.is_dir():
+            if src.path.is_dir() and src.id not in unreadable:
                 total.add(self.rescore(src, everything=rescore_all or backfill is not None))
                 total.add(self.sync_sidecars(src))
         return total
@@ -337,15 +354,8 @@ class Ledger:
             return
         with store.write_transaction(self.conn):
             projector = Projector(self.conn)
-            last = None
-            for ev in events:
-                if append(self.conn, ev):
-                    projector.apply(ev)
-                    last = ev.seq
-                    report.events += 1
-                    if ev.type == "source.quarantined":
-                        report.quarantined += 1
-                        log.warning("quarantined %s: %s", rel, ev.payload["reason"])
+            projector.prefetch_trials(events)
+            last = self._record(events, projector, report, rel)
             projector.flush()
             dev, ino, size, mtime = batch.stat or (None, None, None, None)
             self.conn.execute(

@@ -71,11 +71,12 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, lambda *_: self.requests.put("reload"))
         self._log_limits()
-        self.ledger = Ledger(self.cfg)
-        self.ledger.register_sources()
+        self.ledger = self._open_ledger()
+        if self.ledger is None:  # stopped while waiting for the store
+            self.notifier.send("STOPPING=1")
+            return 0
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
-        report = self.ledger.scan_all()
-        self._log_report("initial scan", report)
+        self._guard("initial scan", self.ledger.scan_all)
         scheduler = self._scheduler()
         try:
             self._loop()
@@ -85,6 +86,31 @@ class Daemon:
             self.ledger.close()
             log.info("stopped")
         return 0
+
+    def _open_ledger(self) -> Ledger | None:
+        """Open (and migrate) the store, waiting with backoff while it cannot be:
+        a read-only or full file system, a missing mount, a permission not yet
+        granted. Exiting instead would only trade this loop for systemd's restart
+        limit. Keeps systemd's start timeout extended while it waits."""
+        delay = 0.5
+        while not self.stop.is_set():
+            led = None
+            try:
+                led = Ledger(self.cfg)
+                led.register_sources()
+                if delay > 0.5:
+                    log.info("recovered", step="open store")
+                return led
+            except Exception as exc:  # noqa: BLE001 - the service waits for its store
+                if led is not None:
+                    led.close()
+                log.error("cannot open the ledger; will retry", path=str(self.cfg.store.path),
+                          error=f"{type(exc).__name__}: {exc}", retry_in_s=delay)
+                self.notifier.send(f"EXTEND_TIMEOUT_USEC={int((delay + 30) * 1e6)}",
+                                   f"STATUS=waiting for the store: {exc}")
+                self.stop.wait(delay)
+                delay = min(delay * 2, 60.0)
+        return None
 
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
@@ -183,10 +209,14 @@ class Daemon:
         cfg = self.load_config()
         log.info("configuration reloaded", rubric=cfg.scoring.rubric, sources=len(cfg.iteration_logs))
         assert self.ledger is not None
+        new = Ledger(cfg)  # opened before the old one closes: a failure leaves the old one working
+        try:
+            new.register_sources()
+        except BaseException:
+            new.close()
+            raise
         self.ledger.close()
-        self.cfg = cfg
-        self.ledger = Ledger(cfg)
-        self.ledger.register_sources()
+        self.cfg, self.ledger = cfg, new
         return self.ledger.scan_all()
 
     # -- change sets are hints --------------------------------------------------------------

@@ -81,12 +81,13 @@ class ReadLimits:
 
 
 def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) -> list[Candidate]:
-    """Candidates in the log directory: all of it, or just ``names``."""
+    """Candidates in the log directory: all of it, or just ``names``.
+
+    Raises ``OSError`` when the directory cannot be listed: an empty answer would
+    read as "every file was removed"."""
     if names is None:
-        try:
-            names = [e.name for e in os.scandir(src.path)]
-        except OSError:
-            return []
+        with os.scandir(src.path) as it:
+            names = [e.name for e in it]
     out = []
     for name in names:
         c = classify(name)

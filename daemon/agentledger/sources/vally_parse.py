@@ -9,6 +9,7 @@ commands that read vally sources, never by the close-task hook.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -138,7 +139,7 @@ def _trial(r: AnyLine) -> dict[str, Any]:
                           and isinstance(e.data, dict) and e.data.get("success") is False)
     grade = r.gradeResult
     exp = r.experiment if isinstance(r.experiment, Experiment) else None
-    return {
+    facts = {
         "item_id": item,
         "run_id": r.runId or (exp.runId if exp else "") or "",
         "experiment": exp.name if exp else "",
@@ -160,6 +161,25 @@ def _trial(r: AnyLine) -> dict[str, Any]:
         "tool_errors": tool_errors,
         "turns": metrics.turnCount,
     }
+    _check_storable(facts)
+    return facts
+
+
+_INT_FACTS = ("trial_index", "duration_ms", "input_tokens", "output_tokens", "cache_read_tokens",
+              "cache_write_tokens", "tool_calls", "tool_errors", "turns")
+_INT64 = 1 << 63
+
+
+def _check_storable(facts: dict[str, Any]) -> None:
+    """JSON has no NaN/Infinity and SQLite integers are 64-bit: such a value makes
+    the line bad input (quarantined), not a failed transaction."""
+    score = facts["grade_score"]
+    if score is not None and not math.isfinite(score):
+        raise BadLine(f"record: gradeResult.score is {score}, which is not a JSON number")
+    for key in _INT_FACTS:
+        value = facts[key]
+        if value is not None and not -_INT64 <= value < _INT64:
+            raise BadLine(f"record: {key} is {value}, beyond a 64-bit integer")
 
 
 def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
@@ -180,7 +200,7 @@ def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
         d = e.data
         if e.type == "token_usage":
             nums = [d.get(key) for key in ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")]
-            nums = [n if type(n) is int else 0 for n in nums]
+            nums = [n if type(n) is int and 0 <= n < (1 << 63) else 0 for n in nums]
             out.append([line_offset + k, ts, "vally", *nums, 1, 0, 0])
         else:
             out.append([line_offset + k, ts, "vally", 0, 0, 0, 0, 0, 1, int(d.get("success") is False)])

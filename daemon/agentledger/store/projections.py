@@ -76,6 +76,10 @@ class Projector:
         self.touched = Touched()
         self._queued = Touched()
         self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
+        # Trial rows are written once per flush; _trial_state is each trial's
+        # (passed, error) as of the events applied so far (None: not stored).
+        self._trial_rows: dict[tuple[str, str, str], tuple] = {}
+        self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
         self.touched_sessions: set[tuple[str, str, str]] = set()
 
     @property
@@ -94,6 +98,7 @@ class Projector:
         """Queue what changed for scoring, recompute touched sessions; returns the
         (source, session, rubric) keys changed."""
         self._queue_pending()
+        self._flush_trials()
         for (source, run_dir), (n, passed, errors, seq) in sorted(self.run_deltas.items()):
             self.conn.execute(
                 "UPDATE runs SET trials = trials + ?, passed = passed + ?, errors = errors + ?,"
@@ -290,27 +295,59 @@ class Projector:
         t, raw = p["trial"], p["raw"]
         self._ensure_run(ev.source, p["run_dir"], t["run_id"], "experiment" if t["experiment"] else "eval",
                          t["experiment"], t["variant"], ev.seq)  # type: ignore[arg-type]
-        old = self.conn.execute("SELECT passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
-                                " AND item_id = ?", (ev.source, p["run_dir"], t["item_id"])).fetchone()
-        self.conn.execute(
-            "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model, variant,"
-            " trial_index, status, duration_ms, grade_passed, grade_score, passed, input_tokens, output_tokens,"
-            " cache_read_tokens, cache_write_tokens, tool_calls, tool_errors, turns, raw_path, raw_offset,"
-            " raw_length, raw_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (ev.source, p["run_dir"], t["item_id"], t["run_id"], t["eval_name"], t["stimulus"], t["model"],
-             t["variant"], t["trial_index"], t["status"], t["duration_ms"],
-             None if t["grade_passed"] is None else int(t["grade_passed"]), t["grade_score"], int(t["passed"]),
-             t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
-             t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
-             raw["sha256"], ev.seq))
+        key = (ev.source, p["run_dir"], t["item_id"])
+        if key in self._trial_state:  # reported earlier in this transaction
+            old = self._trial_state[key]
+        else:
+            old = self.conn.execute("SELECT passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
+                                    " AND item_id = ?", key).fetchone()
+        new = (int(t["passed"]), int(t["status"] == "error"))
+        self._trial_state[key] = new
+        self._trial_rows[key] = (
+            ev.source, p["run_dir"], t["item_id"], t["run_id"], t["eval_name"], t["stimulus"], t["model"],
+            t["variant"], t["trial_index"], t["status"], t["duration_ms"],
+            None if t["grade_passed"] is None else int(t["grade_passed"]), t["grade_score"], new[0],
+            t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
+            t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
+            raw["sha256"], ev.seq)
+        if len(self._trial_rows) >= 5000:  # bound memory in long replays
+            self._flush_trials()
         if p.get("facts"):
             self._transcript_turns(ev, p)
         # The run's counters move by this trial's delta (a re-reported trial replaces its row).
         d = self.run_deltas.setdefault((ev.source, p["run_dir"]), [0, 0, 0, 0])
         d[0] += 0 if old else 1
-        d[1] += int(t["passed"]) - (old[0] if old else 0)
-        d[2] += int(t["status"] == "error") - (old[1] if old else 0)
+        d[1] += new[0] - (old[0] if old else 0)
+        d[2] += new[1] - (old[1] if old else 0)
         d[3] = max(d[3], ev.seq or 0)
+
+    def prefetch_trials(self, events: list[Event]) -> None:
+        """Load the stored (passed, error) state of the trials ``events`` report, one
+        query per run directory, so ``_trial_completed`` needs no lookup per trial."""
+        wanted: dict[tuple[str, str], list[str]] = {}
+        for ev in events:
+            if ev.type == "trial.completed":
+                key = (ev.source, ev.payload["run_dir"], ev.payload["trial"]["item_id"])
+                if key not in self._trial_state:
+                    wanted.setdefault(key[:2], []).append(key[2])
+        for (source, run_dir), items in wanted.items():
+            for item in items:
+                self._trial_state[(source, run_dir, item)] = None
+            for r in self.conn.execute(
+                    "SELECT item_id, passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
+                    " AND item_id IN (SELECT value FROM json_each(?))", (source, run_dir, canonical_json(items))):
+                self._trial_state[(source, run_dir, r[0])] = (r[1], r[2])
+
+    def _flush_trials(self) -> None:
+        if self._trial_rows:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model,"
+                " variant, trial_index, status, duration_ms, grade_passed, grade_score, passed, input_tokens,"
+                " output_tokens, cache_read_tokens, cache_write_tokens, tool_calls, tool_errors, turns, raw_path,"
+                " raw_offset, raw_length, raw_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                list(self._trial_rows.values()))
+        self._trial_rows.clear()
+        self._trial_state.clear()
 
     def _run_summarized(self, ev: Event, p: dict[str, Any]) -> None:
         s = p["summary"]
