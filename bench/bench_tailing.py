@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import run
+
 from agentledger import synth
 
 BASELINE = r'''
@@ -55,18 +57,6 @@ with open(path, "rb") as fh:
 conn.executemany("INSERT INTO t VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
 conn.execute("COMMIT")
 '''
-
-
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one child process."""
-    t = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.execvp(cmd[0], cmd)
-    _, status, usage = os.wait4(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return time.perf_counter() - t, usage.ru_maxrss
 
 
 def write_results(path: Path, mb: int) -> int:

@@ -174,7 +174,7 @@ def test_example_config_is_valid_and_complete() -> None:
     text = (root / "config.example.toml").read_text()
     data = tomllib.loads(text)
     cfg = C.load(str(root / "config.example.toml"), env={})
-    assert cfg.iteration_logs
+    assert cfg.iteration_logs and cfg.vally and cfg.annotations
     for section, cls in C._SECTIONS.items():
         for f in fields(cls):
             assert f.name in data[section], f"config.example.toml does not document [{section}] {f.name}"

@@ -36,6 +36,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="a Claude/Codex transcript directory for the iteration log(s) (repeatable)")
     g.add_argument("--vally", metavar="DIR", action="append", default=S,
                    help="a directory of vally results to use instead of the configured ones (repeatable)")
+    g.add_argument("--annotations", metavar="DIR", action="append", default=S,
+                   help="a directory of annotated trajectories (*.md) to use instead of the configured ones"
+                        " (repeatable)")
     g.add_argument("-q", "--quiet", action="store_true", default=S, help="print errors only")
 
 
@@ -95,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("runs", "List vally runs with trial counts, pass counts and completeness.")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
+    from .cli_trajectories import add_commands
+
+    add_commands(cmd)
+
     p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
     p.add_argument("sql")
     fmt = p.add_mutually_exclusive_group()
@@ -112,16 +119,19 @@ def _config(args: argparse.Namespace):
         cfg, db=getattr(args, "db", None), rubric=getattr(args, "rubric", None),
         iteration_log=getattr(args, "iteration_log", None), repo=getattr(args, "repo", None),
         trunk=getattr(args, "trunk", None), vally=getattr(args, "vally", None),
-        transcripts=getattr(args, "transcripts", None))
+        transcripts=getattr(args, "transcripts", None), annotations=getattr(args, "annotations", None))
+
+
+NO_SOURCES = ("no source configured: pass --iteration-log DIR --repo DIR, --vally DIR or --annotations DIR, "
+              "or add [[iteration_logs]] / [[vally]] / [[annotations]] to the config file")
 
 
 def _ledger(args: argparse.Namespace, *, need_sources: bool = True):
     from .ledger import Ledger
 
     cfg = _config(args)
-    if need_sources and not (cfg.iteration_logs or cfg.vally):
-        raise UsageError("no source configured: pass --iteration-log DIR --repo DIR or --vally DIR, "
-                         "or add [[iteration_logs]] / [[vally]] to the config file")
+    if need_sources and not cfg.has_sources:
+        raise UsageError(NO_SOURCES)
     ledger = Ledger(cfg)
     ledger.register_sources()
     return ledger
@@ -321,6 +331,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "scores": {r[0]: r[1] for r in conn.execute(
             "SELECT rubric_version, count(*) FROM scores GROUP BY rubric_version ORDER BY rubric_version")},
         "sessions": one("SELECT count(DISTINCT source || char(0) || session_id) FROM sessions"),
+        "trials": one("SELECT count(*) FROM trials"),
+        "trajectories": one("SELECT count(*) FROM trajectories"),
         "quarantined": one("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL"),
         "last_event": dict(last) if last else None,
         "sources": [_source_status(conn, dict(r)) for r in conn.execute(
@@ -339,6 +351,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"iterations    {data['iterations']}")
     print("scores        " + (", ".join(f"{v} under {k}" for k, v in data["scores"].items()) or "0"))
     print(f"sessions      {data['sessions']}")
+    if data["trials"]:
+        print(f"trials        {data['trials']}")
+    if data["trajectories"]:
+        print(f"trajectories  {data['trajectories']}")
     print(f"quarantined   {data['quarantined']}" + ("  (see `agentledger quarantine`)" if data["quarantined"] else ""))
     if last:
         print(f"last event    #{last['seq']} {last['type']} at {last['recorded_at']}")
@@ -346,6 +362,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if s["kind"] == "iteration_log":
             print(f"source        {s['root']}  (repo {s['repo']}, trunk {s['trunk']}; "
                   f"{s['files']} files, {s['iterations']} iterations)")
+        elif s["kind"] == "annotations":  # whole files, not tailed: no offsets
+            print(f"source        {s['root']}  (annotations; {s['files']} files, {s['trajectories']} trajectories)")
         else:
             print(f"source        {s['root']}  ({s['kind']}; {s['files']} files, {s['bytes_read']} bytes read, "
                   f"{s['lag_bytes']} bytes behind)")
@@ -364,6 +382,10 @@ def _source_status(conn, src: dict) -> dict:
     if src["kind"] == "iteration_log":
         src["iterations"] = conn.execute("SELECT count(*) FROM iterations WHERE source = ?",
                                          (src["source"],)).fetchone()[0]
+        return src
+    if src["kind"] == "annotations":
+        src["trajectories"] = conn.execute("SELECT count(*) FROM trajectories WHERE source = ?",
+                                           (src["source"],)).fetchone()[0]
         return src
     tailed = []
     for path, offset, line_no in conn.execute(
@@ -508,9 +530,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def load():
         cfg = _config(args)
-        if not (cfg.iteration_logs or cfg.vally):
-            raise UsageError("no source configured: pass --iteration-log DIR --repo DIR or --vally DIR, "
-                             "or add [[iteration_logs]] / [[vally]] to the config file")
+        if not cfg.has_sources:
+            raise UsageError(NO_SOURCES)
         if args.log_format:
             cfg = replace(cfg, daemon=replace(cfg.daemon, log_format=args.log_format))
         return cfg
@@ -524,7 +545,16 @@ COMMANDS = {
     "ingest": cmd_ingest, "run": cmd_run, "score": cmd_score, "backfill": cmd_backfill, "rebuild": cmd_rebuild,
     "status": cmd_status, "quarantine": cmd_quarantine, "query": cmd_query,
     "trials": cmd_trials, "runs": cmd_runs,
+    "trajectories": lambda a: _trajectories("cmd_trajectories", a),
+    "trajectory": lambda a: _trajectories("cmd_trajectory", a),
+    "lint": lambda a: _trajectories("cmd_lint", a),
 }
+
+
+def _trajectories(name: str, args: argparse.Namespace) -> int:
+    from . import cli_trajectories
+
+    return getattr(cli_trajectories, name)(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

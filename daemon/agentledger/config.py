@@ -63,6 +63,14 @@ class VallySource(_Named):
 
 
 @dataclass(frozen=True)
+class AnnotationSource(_Named):
+    """A directory tree of annotated trajectories (``*.md`` with a YAML front matter)."""
+
+    path: Path
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: Path = field(default_factory=default_store_path)
     synchronous: str = "FULL"
@@ -108,7 +116,12 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     iteration_logs: tuple[IterationLogSource, ...] = ()
     vally: tuple[VallySource, ...] = ()
+    annotations: tuple[AnnotationSource, ...] = ()
     origin: str = "defaults"
+
+    @property
+    def has_sources(self) -> bool:
+        return bool(self.iteration_logs or self.vally or self.annotations)
 
 
 _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
@@ -226,7 +239,7 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
         origin = str(path)
         base = path.resolve().parent
-    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally", "annotations"})
     if unknown:
         raise ConfigError(f"{origin}: unknown section(s): {', '.join(unknown)}")
     parts: dict[str, Any] = {}
@@ -251,25 +264,35 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
             raise ConfigError("AGENTLEDGER_ITERATION_LOG needs AGENTLEDGER_REPO too")
         sources = (make_source(env["AGENTLEDGER_ITERATION_LOG"], env["AGENTLEDGER_REPO"],
                                env.get("AGENTLEDGER_TRUNK") or DEFAULT_TRUNK),)
-    vally_items = data.get("vally", [])
-    if not isinstance(vally_items, list) or not all(isinstance(v, dict) for v in vally_items):
-        raise ConfigError(f"{origin}: vally must be an array of tables ([[vally]])")
-    vally = []
-    for item in vally_items:
+    vally = _dir_sources(data, "vally", VallySource, origin, base)
+    annotations = _dir_sources(data, "annotations", AnnotationSource, origin, base)
+    return Config(iteration_logs=sources, vally=vally, annotations=annotations, origin=origin, **parts)
+
+
+def _dir_sources(data: dict, key: str, cls: type, origin: str, base: Path) -> tuple:
+    """``[[vally]]`` / ``[[annotations]]``: tables of ``path`` and an optional ``name``."""
+    items = data.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
+        raise ConfigError(f"{origin}: {key} must be an array of tables ([[{key}]])")
+    out = []
+    for item in items:
         unknown = sorted(set(item) - {"path", "name"})
         if unknown or not isinstance(item.get("path"), str) or not item["path"]:
-            raise ConfigError(f"{origin}: each [[vally]] needs path = \"…\" (and optionally name)")
-        vally.append(VallySource((base / os.path.expanduser(item["path"])).resolve(), item.get("name", "")))
-    return Config(iteration_logs=sources, vally=tuple(vally), origin=origin, **parts)
+            raise ConfigError(f"{origin}: each [[{key}]] needs path = \"…\" (and optionally name)")
+        out.append(cls((base / os.path.expanduser(item["path"])).resolve(), item.get("name", "")))
+    return tuple(out)
 
 
 def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = None,
                    iteration_log: str | None = None, repo: str | None = None,
                    trunk: str | None = None, vally: list[str] | None = None,
-                   transcripts: list[str] | None = None) -> Config:
+                   transcripts: list[str] | None = None, annotations: list[str] | None = None) -> Config:
     """Apply command-line flags (the last word). Ad-hoc sources replace configured ones."""
     if vally:
         cfg = replace(cfg, vally=tuple(VallySource(Path(os.path.expanduser(v)).resolve()) for v in vally))
+    if annotations:
+        cfg = replace(cfg, annotations=tuple(AnnotationSource(Path(os.path.expanduser(a)).resolve())
+                                             for a in annotations))
     if db:
         cfg = replace(cfg, store=replace(cfg.store, path=Path(os.path.expanduser(db))))
     if rubric:

@@ -1,17 +1,24 @@
 """``make demo``: the ledger's main job on a generated example, start to finish.
 
-Runs the real ``agentledger`` command for every step and prints what a user
-would type and see. Exits by itself; leaves everything under ``--out``.
+Starts the real service (``agentledger run``, with a notification socket as
+systemd gives it), then plays an agent against it: closes iterations, writes bad
+input and annotations, bumps the rubric, stops it. Every other step runs the real
+``agentledger`` command and prints what a user would type and see. Exits by
+itself; leaves everything under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from . import synth
@@ -36,6 +43,60 @@ def agentledger(*args: str, cfg: Path, show: int | None = None) -> str:
     return out
 
 
+def wait_for(pred, timeout: float = 60.0) -> float:
+    """Seconds until ``pred()`` holds (raises after ``timeout``)."""
+    start = time.monotonic()
+    while not pred():
+        if time.monotonic() - start > timeout:
+            raise SystemExit("demo: the daemon did not get there in time; see daemon.log")
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+class Service:
+    """``agentledger run`` as systemd would start it: a child process told where to
+    send its sd_notify messages (a unix datagram socket we read)."""
+
+    def __init__(self, cfg: Path, out: Path):
+        self.sock_path = out / "notify.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.sock_path))
+        self.sock.settimeout(300)
+        self.log = out / "daemon.log"
+        cmd = ["agentledger", "run", "--config", str(cfg), "--log-format", "console"]
+        print("$ NOTIFY_SOCKET=" + str(self.sock_path) + " " + " ".join(shlex.quote(c) for c in cmd)
+              + f" > {self.log.name} &")
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentledger", *cmd[1:]],
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, "NOTIFY_SOCKET": str(self.sock_path)})
+
+    def wait_ready(self) -> None:
+        start = time.monotonic()
+        while True:
+            msg = self.sock.recv(65536).decode()
+            status = [ln for ln in msg.splitlines() if ln.startswith("STATUS=")]
+            if "READY=1" in msg:
+                print(f"  READY=1 after {time.monotonic() - start:.1f} s; {status[0] if status else ''}")
+                self.sock.setblocking(False)
+                return
+
+    def stop(self) -> None:
+        print(f"$ kill -TERM {self.proc.pid}")
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        print(f"  exited with status {code}; the last lines of {self.log.name}:")
+        for line in self.log.read_text().splitlines()[-4:]:
+            print("    " + line[:150])
+        self.sock.close()
+
+
+def ledger_count(cfg: Path, sql: str) -> int:
+    out = subprocess.run([sys.executable, "-m", "agentledger", "query", sql, "--json", "--config", str(cfg)],
+                         capture_output=True, text=True).stdout
+    rows = json.loads(out or "[]")
+    return next(iter(rows[0].values())) if rows else 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, default=Path("demo-out"))
@@ -46,7 +107,7 @@ def main() -> None:
         shutil.rmtree(out)
 
     step(f"Generate an example: {args.iterations} closed iterations, sessions, hook outcomes, labels, "
-         "and a git repository with reverts and an unmerged branch")
+         "a git repository with reverts and an unmerged branch, a Claude transcript, vally results")
     gen = synth.generate(out / "example", args.iterations)
     transcripts = out / "example" / "claude-transcripts"
     synth.claude_transcript(transcripts / "session.jsonl", args.iterations)
@@ -55,59 +116,82 @@ def main() -> None:
     with (runs / "results.jsonl").open("wb") as fh:
         for i in range(12):
             fh.write(synth.vally_trial_line(i))
+    analyses = out / "example" / "analyses"
+    analyses.mkdir()
     cfg = out / "agentledger.toml"
     cfg.write_text(f'[store]\npath = "ledger.sqlite"\n\n[scoring]\nrubric = "2.1.0"\n\n'
                    f'[[iteration_logs]]\nname = "example"\npath = "{gen.log}"\nrepo = "{gen.repo}"\n'
-                   f'transcripts = ["{transcripts}"]\n\n[[vally]]\npath = "{runs.parent.parent}"\n')
+                   f'transcripts = ["{transcripts}"]\n\n[[vally]]\npath = "{runs.parent.parent}"\n\n'
+                   f'[[annotations]]\npath = "{analyses}"\n')
     print(f"  iteration log: {gen.log}\n  transcripts:   {transcripts}\n  vally runs:    {runs.parent.parent}"
-          f"\n  config:        {cfg}")
+          f"\n  annotations:   {analyses}\n  config:        {cfg}")
 
-    step("Ingest everything once: events into the ledger, a score sidecar beside every iteration")
-    agentledger("ingest", "--once", cfg=cfg)
-    agentledger("status", cfg=cfg)
+    step("Start the service: it scans every source, then watches them and tells systemd it is ready")
+    svc = Service(cfg, out)
+    try:
+        svc.wait_ready()
+        agentledger("status", cfg=cfg, show=9)
 
-    step("Transcripts fill in token efficiency where a record has no native telemetry")
-    agentledger("query", "SELECT iteration, json_extract(r.value, '$.detail') AS token_efficiency FROM score_details,"
-                " json_each(score_details.breakdown) AS r WHERE json_extract(r.value, '$.signal') = 'token_efficiency'"
-                " AND json_extract(r.value, '$.detail') LIKE 'backfilled%' ORDER BY iteration LIMIT 4", cfg=cfg)
-    agentledger("runs", cfg=cfg)
+        step("An agent closes three iterations (commit + iter-N.yaml renamed into place) while it watches")
+        n = args.iterations
+        for k in (1, 2, 3):
+            synth.add_iteration(gen, n + k)
+            took = wait_for((gen.log / f"iter-{n + k}.score.yaml").exists)
+            print(f"  iter-{n + k}.yaml closed → iter-{n + k}.score.yaml written {took * 1000:.0f} ms later")
+        print(f"\n$ head -14 {gen.log / f'iter-{n + 3}.score.yaml'}")
+        for line in (gen.log / f"iter-{n + 3}.score.yaml").read_text().splitlines()[:14]:
+            print("  " + line)
 
-    step("The close-task hook: an agent commits and closes iterations; each is scored on the spot")
-    n = args.iterations
-    for k in (1, 2, 3):
-        synth.add_iteration(gen, n + k)
-        agentledger("score", str(n + k), cfg=cfg, show=4 if k < 3 else None)
-    print(f"\n$ cat {gen.log / f'iter-{n + 3}.score.yaml'}")
-    for line in (gen.log / f"iter-{n + 3}.score.yaml").read_text().splitlines()[:14]:
-        print("  " + line)
-    print("  …")
+        step("The close-task hook runs beside the service (no 'database is locked'; same bytes)")
+        synth.add_iteration(gen, n + 4)
+        agentledger("score", str(n + 4), cfg=cfg, show=4)
 
-    step("Bad input is quarantined, never fatal; the next good write is picked up")
-    bad = gen.log / f"iter-{n + 4}.yaml"
-    bad.write_text("schema_version: 2\niteration: [oops\n")
-    agentledger("ingest", "--once", cfg=cfg)
-    agentledger("quarantine", cfg=cfg)
-    synth.add_iteration(gen, n + 4)
-    agentledger("ingest", "--once", cfg=cfg)
-    agentledger("quarantine", cfg=cfg)
+        step("Transcripts fill in token efficiency where a record has no native telemetry; eval runs are tailed")
+        agentledger("query", "SELECT iteration, json_extract(r.value, '$.detail') AS token_efficiency FROM "
+                    "score_details, json_each(score_details.breakdown) AS r WHERE json_extract(r.value, '$.signal')"
+                    " = 'token_efficiency' AND json_extract(r.value, '$.detail') LIKE 'backfilled%' "
+                    "ORDER BY iteration LIMIT 3", cfg=cfg)
+        agentledger("runs", cfg=cfg)
 
-    step("Query the ledger directly (read-only)")
-    agentledger("query", "SELECT band, count(*) AS iterations, round(avg(value), 3) AS mean_value "
-                "FROM scores WHERE rubric_version = '2.1.0' GROUP BY band ORDER BY mean_value DESC", cfg=cfg)
-    agentledger("query", "SELECT session_id, json_array_length(iterations) AS iterations, round(value, 3) AS value, "
-                "band FROM sessions ORDER BY value LIMIT 5", cfg=cfg)
-    agentledger("query", "SELECT json_extract(r.value, '$.signal') AS signal, "
-                "sum(json_extract(r.value, '$.present')) AS present_in, "
-                "round(avg(json_extract(r.value, '$.sub_score')), 3) AS mean_sub_score "
-                "FROM score_details, json_each(score_details.breakdown) AS r "
-                "WHERE json_extract(r.value, '$.present') GROUP BY signal ORDER BY mean_sub_score", cfg=cfg)
+        step("Bad input is quarantined, never fatal; the next good write of the file is picked up")
+        (gen.log / f"iter-{n + 5}.yaml").write_text("schema_version: 2\niteration: [oops\n")
+        wait_for(lambda: ledger_count(cfg, "SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL") > 0)
+        agentledger("quarantine", cfg=cfg)
+        synth.add_iteration(gen, n + 5)
+        took = wait_for((gen.log / f"iter-{n + 5}.score.yaml").exists)
+        print(f"  fixed iter-{n + 5}.yaml scored {took * 1000:.0f} ms after the good write")
+        agentledger("quarantine", cfg=cfg)
 
-    step("Bump the rubric in the config: every iteration is rescored under 3.0.0 from the ledger (no re-parse)")
-    cfg.write_text(cfg.read_text().replace('rubric = "2.1.0"', 'rubric = "3.0.0"'))
-    print(f"$ sed -i 's/rubric = \"2.1.0\"/rubric = \"3.0.0\"/' {cfg}")
-    agentledger("backfill", cfg=cfg)
-    head = (gen.log / "iter-1.score.yaml").read_text().splitlines()[:5]
-    print(f"$ head -5 {gen.log / 'iter-1.score.yaml'}\n" + "\n".join("  " + h for h in head))
+        step("Annotated trajectories dropped into the watched directory become queryable")
+        for k, task in enumerate(("arc-5a1c0de1", "arc-7e11a2b3", "arc3-ls20-0f0f0f0f")):
+            (analyses / f"{task}.md").write_text(synth.annotation(task, seed=k + 3))
+        wait_for(lambda: ledger_count(cfg, "SELECT count(*) FROM trajectories") == 3)
+        agentledger("trajectories", cfg=cfg)
+        agentledger("trajectory", "arc-7e11a2b3", cfg=cfg, show=12)
+        agentledger("query", "SELECT name, declared, agree FROM computed_field_agreement", cfg=cfg)
+
+        step("Query the ledger directly (read-only)")
+        agentledger("query", "SELECT band, count(*) AS iterations, round(avg(value), 3) AS mean_value "
+                    "FROM scores WHERE rubric_version = '2.1.0' GROUP BY band ORDER BY mean_value DESC", cfg=cfg)
+        agentledger("query", "SELECT json_extract(r.value, '$.signal') AS signal, "
+                    "sum(json_extract(r.value, '$.present')) AS present_in, "
+                    "round(avg(json_extract(r.value, '$.sub_score')), 3) AS mean_sub_score "
+                    "FROM score_details, json_each(score_details.breakdown) AS r "
+                    "WHERE json_extract(r.value, '$.present') GROUP BY signal ORDER BY mean_sub_score", cfg=cfg)
+
+        step("Bump the rubric in the config and reload (SIGHUP): the service backfills every score from the ledger")
+        cfg.write_text(cfg.read_text().replace('rubric = "2.1.0"', 'rubric = "3.0.0"'))
+        print(f"$ sed -i 's/rubric = \"2.1.0\"/rubric = \"3.0.0\"/' {cfg} && kill -HUP {svc.proc.pid}")
+        svc.proc.send_signal(signal.SIGHUP)
+        sidecar = gen.log / "iter-1.score.yaml"
+        took = wait_for(lambda: "rubric_version: 3.0.0" in sidecar.read_text(), timeout=300)
+        total = len(list(gen.log.glob("iter-*.score.yaml")))
+        print(f"  {total} sidecars rewritten under 3.0.0 within {took:.1f} s")
+        print(f"$ head -5 {sidecar}\n" + "\n".join("  " + h for h in sidecar.read_text().splitlines()[:5]))
+
+        step("Stop the service (SIGTERM): it finishes the current step and exits 0")
+    finally:
+        svc.stop()
     agentledger("query", "SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC", cfg=cfg)
 
     step("Rebuild every projection from the events: sidecars come out byte-identical")

@@ -16,17 +16,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import sidecars
-from .config import Config, IterationLogSource, VallySource
+from .config import AnnotationSource, Config, IterationLogSource, VallySource
 from .git import GitRepo
 from .model import Artifact, HookOutcomes, Labels, Record, encode_float, from_jsonable
 from .parallel import pmap
@@ -98,6 +100,7 @@ class Ledger:
         known = {tuple(r) for r in self.conn.execute("SELECT source, kind, root, repo, trunk FROM sources")}
         rows = [(s.id, "iteration_log", str(s.path), str(s.repo), s.trunk) for s in self.cfg.iteration_logs]
         rows += [(s.id, "vally", str(s.path), None, None) for s in self.cfg.vally]
+        rows += [(s.id, "annotations", str(s.path), None, None) for s in self.cfg.annotations]
         rows += [(str(d), "transcripts", str(d), None, None)
                  for d in dict.fromkeys(d for s in self.cfg.iteration_logs for d in s.transcripts)]
         todo = [r for r in rows if r not in known]
@@ -277,6 +280,8 @@ class Ledger:
             total.add(report)
         for vsrc in self.cfg.vally:
             total.add(self.ingest_vally(vsrc))
+        for asrc in self.cfg.annotations:
+            total.add(self.ingest_annotations(asrc))
         backfill = self.ensure_rubric(progress=progress)
         if backfill:
             total.add(backfill)
@@ -298,6 +303,104 @@ class Ledger:
             return report
         except SourceError as exc:
             return Report(errors=[str(exc)])
+
+    # ------------------------------------------------------------------ annotated trajectories
+    def ingest_annotations(self, src: AnnotationSource, rels: Iterable[str] | None = None) -> Report:
+        """Read the annotation files of ``src`` that changed: all of them (a scan, which
+        also notices removals), or just ``rels`` (a change notification's hint).
+
+        A file is re-read only when its stat moved and recorded only when its bytes
+        did; files are committed in batches of 200, each with its checkpoints."""
+        from .sources import annotations as A
+
+        report = Report()
+        if not src.path.is_dir():
+            report.errors.append(f"{src.path}: annotations directory does not exist")
+            return report
+        self._seed_vocabulary()
+        known = {r[0]: r[1:] for r in self.conn.execute(
+            "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+            " AND kind = ?", (src.id, A.KIND))}
+        full = rels is None
+        try:
+            todo = A.discover(src.path) if full else sorted(set(rels or ()))
+        except OSError as exc:
+            report.errors.append(f"{src.path}: {exc.strerror or exc}")
+            return report
+        if full:
+            todo += sorted(set(known) - set(todo))  # gone since the last scan
+        limit = self.cfg.limits.max_file_bytes
+        for start in range(0, len(todo), 200):
+            changes = []  # (rel, stat | None, sha | None, events)
+            for rel in todo[start:start + 200]:
+                path = src.path / rel
+                prev = known.get(rel)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    if prev is not None:
+                        changes.append((rel, None, None, [A.removed(src.id, rel, prev[4])]))
+                    continue
+                except OSError as exc:
+                    report.errors.append(f"{path}: {exc.strerror or exc}")
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # symlinks, directories named *.md, fifos: not annotation files
+                sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                if prev is not None and tuple(prev[:4]) == sig:
+                    continue
+                if st.st_size > limit:
+                    sha = f"size:{st.st_size}"
+                    events = [] if prev and prev[4] == sha else [A.quarantine(
+                        src.id, rel, None, f"{st.st_size} bytes, over the max_file_bytes limit ({limit})", None,
+                        f"annotation|{src.id}|{rel}|{sha}|{prev[4] if prev else '-'}")]
+                    changes.append((rel, sig, sha, events))
+                    continue
+                try:
+                    with open(path, "rb") as fh:
+                        data = fh.read(limit + 1)
+                except OSError as exc:
+                    report.errors.append(f"{path}: {exc.strerror or exc}")
+                    continue
+                sha = hashlib.sha256(data).hexdigest()
+                same = prev is not None and prev[4] == sha
+                changes.append((rel, sig, sha, [] if same else A.events_for(src.id, rel, data, prev[4] if prev else None)))
+            if not changes:
+                continue
+            with store.write_transaction(self.conn):
+                projector = Projector(self.conn)
+                for rel, sig, sha, events in changes:
+                    last = self._record(events, projector, report, src.path / rel)
+                    if sig is None:
+                        self.conn.execute("DELETE FROM source_checkpoints WHERE source = ? AND path = ?",
+                                          (src.id, rel))
+                        continue
+                    self.conn.execute(
+                        "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, content_hash,"
+                        " last_seq) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (source, path) DO UPDATE SET"
+                        " kind = excluded.kind, dev = excluded.dev, ino = excluded.ino, size = excluded.size,"
+                        " mtime_ns = excluded.mtime_ns, content_hash = excluded.content_hash,"
+                        " last_seq = coalesce(excluded.last_seq, last_seq)",
+                        (src.id, rel, A.KIND, *sig, sha, last))
+                projector.flush()
+            report.files_read += len(changes)
+        return report
+
+    def _seed_vocabulary(self) -> None:
+        """The format's seed terms (``schema/annotations/vocabulary.toml``), once per process."""
+        if getattr(self, "_seeded", False):
+            return
+        from .paths import schema_dir
+        from .sources.annotations import seeds
+
+        rows = seeds(schema_dir())
+        have = {tuple(r) for r in self.conn.execute("SELECT vocabulary, term, category FROM vocabulary_seeds")}
+        if set(rows) != have:
+            with store.write_transaction(self.conn):
+                self.conn.execute("DELETE FROM vocabulary_seeds")
+                self.conn.executemany("INSERT INTO vocabulary_seeds (vocabulary, term, category) VALUES (?,?,?)",
+                                      rows)
+        self._seeded = True
 
     # ------------------------------------------------------------------ tailed JSONL (vally)
     def ingest_vally(self, src: VallySource) -> Report:

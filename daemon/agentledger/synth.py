@@ -265,3 +265,45 @@ def claude_transcript(path: Path, iterations: int, *, seed: int = 5) -> int:
                     {"type": "tool_result", "tool_use_id": f"t{i}-{k}", "is_error": rng.random() < 0.15}]}}) + "\n")
                 lines += 2
     return lines
+
+
+def annotation(task: str, seed: int = 1) -> str:
+    """An annotated trajectory (format v2) with a control flow, a hypothesis log and
+    computed fields, some of them declared wrong on purpose (as real ones often are)."""
+    rng = random.Random(seed)
+    n = rng.randint(6, 14)
+    hyps = rng.randint(1, 4)
+    accepted = rng.random() < 0.6
+    lines, outcomes = [], []
+    for it in range(1, n + 1):
+        if it == n:
+            phase, tag = "RETURN", ""
+        else:
+            phase = rng.choice(["EXPLORE:structure", "EXPLORE:hyp-test", "EXPLORE:hyp-test", "EXTRACT:implement",
+                                "VERIFY:train-val", "ERROR:runtime"])
+            tag = f"[H{rng.randint(1, hyps)}]" if "hyp-test" in phase else ""
+        mark = rng.choice("✓✗~→")
+        outcomes.append(mark)
+        lines.append(f"iter {it:>2}  {phase:<18} {tag:<5} {mark}  step {it} of the search")
+    rows = []
+    for h in range(1, hyps + 1):
+        outcome = "accepted" if accepted and h == hyps else rng.choice(["rejected", "rejected", "abandoned"])
+        its = sorted(rng.sample(range(1, n), min(2, n - 1)))
+        rows.append(f"| H{h} | idea number {h} | {','.join(map(str, its))} | {outcome} | checked on train |")
+    verdict = "perfect" if accepted else rng.choice(["wrong-answer", "timeout"])
+    score = 1 if accepted else 0
+    fm = [
+        "---", f"taskId: {task}", f"score: {score}", f"iterations: {n}", f"wallTimeMs: {rng.randint(10, 900) * 1000}",
+        "answerType: ANSWER_TYPE.GRID", f"taskGroup: TASK_TYPE.{rng.choice(['ARC', 'ARC3'])}", 'answer: "[[1]]"',
+        'expected: "[[1]]"', "error: null" if verdict != "timeout" else 'error: "RLM reached max iterations"',
+        "patterns:", *[f"  - {p}" for p in rng.sample(["format-discovery", "multi-strategy", "verification",
+                                                       "brute-force", "hypothesis-churn", "grid-cartography"], 3)],
+        f"failureMode: {'null' if accepted else rng.choice(['spinning', 'premature-return', 'anchoring'])}",
+        f"verdict: {verdict}", f"hypothesesTested: {hyps}", f"itersExplore: {rng.randint(1, n)}", "---",
+    ]
+    body = [
+        "", f"# Trajectory: {task}", "", "## Task Summary", "", "A generated example.", "", "## Control Flow", "",
+        "```", *lines, "```", "", "## Hypothesis Log", "", "| ID | Hypothesis | Iters | Outcome | Evidence |",
+        "|----|-----------|-------|---------|----------|", *rows, "", "## Phase Analysis", "", "Generated.", "",
+    ]
+    return "\n".join(fm + body)

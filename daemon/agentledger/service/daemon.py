@@ -247,6 +247,11 @@ class Daemon:
                 from ..config import VallySource
 
                 report.add(led.ingest_vally(VallySource(d)))
+        for asrc in self.cfg.annotations:
+            # whole files: a partial save is superseded by the event of the save that completes it
+            rels = [str(p.relative_to(asrc.path)) for p in paths if _under(p, asrc.path) and p.suffix == ".md"]
+            if rels:
+                report.add(led.ingest_annotations(asrc, rels))
         for src in touched_logs:
             report.add(led.rescore(src))
         return report
@@ -257,6 +262,7 @@ class Daemon:
             out += [src.path, *src.transcripts, *src.vally_transcripts]
             out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
         out += [v.path for v in self.cfg.vally]
+        out += [a.path for a in self.cfg.annotations]
         return [p for p in dict.fromkeys(out) if p.is_dir()]
 
     # -- telling people what is going on ---------------------------------------------------------

@@ -32,6 +32,7 @@ CURRENT: dict[str, int] = {
     "run.summarized": 1,
     "source.reset": 1,
     "transcript.turns": 1,
+    "annotation.recorded": 1,
 }
 
 # (type, version) -> function turning a payload of that version into version+1.
