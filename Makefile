@@ -17,17 +17,28 @@ $(STAMP): pyproject.toml
 	@command -v git >/dev/null || { echo "make: git is required" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,ui]'
 	@touch $(STAMP)
+
+# The report test renders HTML in headless Chromium (Debian's package). Installed
+# when we can (root with apt-get); otherwise that test is skipped (failed under CI=true).
+CHROMIUM_STAMP := $(VENV)/.chromium-stamp
+$(CHROMIUM_STAMP): $(STAMP)
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing Debian's chromium for the report test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "make: chromium not installed; the report test will be skipped (apt-get install chromium)" >&2; fi; fi
+	@touch $(CHROMIUM_STAMP)
 
 install: $(STAMP)
 
-# Generate an example iteration log with a git repository, ingest it, close a
-# few iterations as the close-task hook would, bump the rubric, query the ledger.
+# Generate an example (iteration log, git repository, transcript, vally run), start
+# the service on it, close iterations while it watches, query, bump the rubric, stop.
 demo: $(STAMP)
 	$(BIN)/python -m agentledger.demo --out demo-out
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -155,6 +155,51 @@ def test_values_sqlite_or_json_cannot_hold_are_quarantined_and_repeats_in_one_ba
     assert count(led, "SELECT duration_ms FROM trials") == int(b"1" + line.split(b'"durationMs":')[1].split(b",")[0])
 
 
+def test_parallel_tailing_equals_sequential_tailing(tmp_path: Path, monkeypatch) -> None:
+    """A backlog parsed by worker processes in line-aligned chunks gives the very events,
+    projections and checkpoint the sequential reader gives; lines it cannot number
+    (quarantine) and over-long lines are handled by the committing process."""
+    import functools
+
+    from agentledger import parallel
+    from agentledger.sources import jsonl
+
+    root = tmp_path / "out"
+    f = root / "run-p" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    body = b"".join(synth.vally_trial_line(i) for i in range(120))
+    body += b"{not json\n" + b"".join(synth.vally_trial_line(i) for i in range(120, 200))
+    body += b"y" * 9000 + b"\n" + b"".join(synth.vally_trial_line(i) for i in range(200, 230))
+    f.write_bytes(body + synth.vally_trial_line(230)[:50])  # and a partial last line
+
+    def run(db: str, parallel_min: str):
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_TAIL_BYTES", parallel_min)
+        cfg = Config(store=StoreConfig(path=tmp_path / db), limits=LimitsConfig(max_line_bytes=8192),
+                     vally=(VallySource(root.resolve()),))
+        led = Ledger(cfg)
+        report = led.ingest_vally(cfg.vally[0])
+        c = led.conn
+        out = {
+            "events": c.execute("SELECT type, idempotency_key, content_hash, payload FROM events ORDER BY seq").fetchall(),
+            "trials": c.execute("SELECT * FROM trials ORDER BY item_id").fetchall(),
+            "runs": c.execute("SELECT * FROM runs").fetchall(),
+            "quarantine": c.execute("SELECT path, line, byte_offset, reason FROM quarantine ORDER BY line").fetchall(),
+            "checkpoint": c.execute("SELECT byte_offset, line_no, fingerprint FROM source_checkpoints").fetchall(),
+        }
+        led.close()
+        return report, {k: [tuple(r) for r in v] for k, v in out.items()}
+
+    if parallel.executor() is None:
+        pytest.skip("one core: no worker processes to tail with")
+    _, sequential = run("seq.sqlite", str(1 << 40))
+    monkeypatch.setattr(jsonl, "plan", functools.partial(jsonl.plan, block=4096))  # ~2 lines per chunk
+    report, parallel_ = run("par.sqlite", "1")
+    assert report.quarantined == 2 and not report.errors
+    assert parallel_ == sequential
+    assert [q[1] for q in parallel_["quarantine"]] == [121, 202]  # true line numbers
+    assert parallel_["checkpoint"][0][:2] == (len(body), 232)  # 120 + 1 + 80 + 1 + 30 lines
+
+
 def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
     root = tmp_path / "out"
     f = root / "run" / "results.jsonl"

@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("runs", "List vally runs with trial counts, pass counts and completeness.")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    from .cli_trajectories import add_commands
+    from . import cli_trajectories, cli_views
 
-    add_commands(cmd)
+    cli_trajectories.add_commands(cmd)
+    cli_views.add_commands(cmd)
 
     p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
     p.add_argument("sql")
@@ -548,6 +549,10 @@ COMMANDS = {
     "trajectories": lambda a: _trajectories("cmd_trajectories", a),
     "trajectory": lambda a: _trajectories("cmd_trajectory", a),
     "lint": lambda a: _trajectories("cmd_lint", a),
+    "ui": lambda a: _views("cmd_ui", a),
+    "report": lambda a: _views("cmd_report", a),
+    "export": lambda a: _views("cmd_export", a),
+    "import": lambda a: _views("cmd_import", a),
 }
 
 
@@ -555,6 +560,12 @@ def _trajectories(name: str, args: argparse.Namespace) -> int:
     from . import cli_trajectories
 
     return getattr(cli_trajectories, name)(args)
+
+
+def _views(name: str, args: argparse.Namespace) -> int:
+    from . import cli_views
+
+    return getattr(cli_views, name)(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -441,6 +442,9 @@ class Ledger:
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
             pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
             try:
+                moved = self._tail_in_parallel(src_id, root / rel, rel, pos, events_for, report, mode)
+                if moved is not None:
+                    pos, previous = moved, None
                 batches = jsonl.tail(root / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes,
                                      max_batch_bytes=16 << 20, max_lines=5000)
                 for batch in batches:
@@ -449,6 +453,64 @@ class Ledger:
             except OSError as exc:  # vanished or unreadable: keep its history, say so
                 report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
+
+    def _tail_in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Report,
+                          mode: str):
+        """A large backlog (a results file copied in whole, a first ingest) is parsed by
+        the worker processes in line-aligned 16 MB chunks while this process commits
+        them in order, one transaction per chunk with its position: the same events
+        and the same exactly-once checkpoints as the sequential reader, on every core.
+
+        Workers number lines within their chunk; a chunk whose events name a line
+        (a quarantined one) is parsed again here with the true line numbers, which
+        only this process knows. Returns the position after the last commit (None
+        when nothing was done this way); the sequential reader takes the rest (the
+        partial last line, a reset, an over-long line)."""
+        from . import parallel
+        from .sources import jsonl
+
+        if parallel.executor() is None:
+            return None
+        chunks = jsonl.plan(path, pos, min_bytes=parallel_tail_min_bytes())
+        first = next(chunks, None)
+        if first is None:
+            return None
+        st = os.stat(path)
+        stat_ = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        limit = self.cfg.limits.max_line_bytes
+        with open(path, "rb") as fh:
+            fingerprint = jsonl.fingerprint(fh, jsonl.FINGERPRINT_BYTES)
+
+        def jobs():
+            for chunk in itertools.chain([first], chunks):
+                yield (events_for, source, rel, str(path), chunk, limit)
+
+        line_no, moved, pending, pending_bytes = pos.line_no, None, [], 0
+        for chunk, n_lines, events in parallel.imap_bounded(_tail_chunk_job, jobs()):
+            if events is None:  # names line numbers: redo here, where they are known
+                batch, _ = jsonl.read_chunk(path, chunk, max_line_bytes=limit)
+                batch.items = [type(it)(it[0], it[1] + line_no, *it[2:]) if isinstance(it, jsonl.Line)
+                               else jsonl.Oversize(it.offset, it.line_no + line_no, it.length) for it in batch.items]
+                events = events_for(source, rel, batch, None)
+            line_no += n_lines
+            pending += events
+            pending_bytes += chunk.end - chunk.start
+            moved = jsonl.Position(chunk.end, line_no, fingerprint if chunk.end >= jsonl.FINGERPRINT_BYTES
+                                   else None)
+            if pending_bytes >= COMMIT_BYTES:
+                self._commit_parallel(source, rel, path, moved, st.st_size, stat_, pending, report, mode)
+                pending, pending_bytes = [], 0
+        if pending:
+            self._commit_parallel(source, rel, path, moved, st.st_size, stat_, pending, report, mode)
+        return moved
+
+    def _commit_parallel(self, source, rel, path, end, size, stat_, events, report, mode) -> None:
+        from .sources import jsonl
+
+        if end.fingerprint is None:  # a position inside the first 4 KiB
+            with open(path, "rb") as fh:
+                end = jsonl.Position(end.offset, end.line_no, jsonl.fingerprint(fh, end.offset))
+        self._commit_jsonl(source, rel, jsonl.Batch(end=end, size=size, stat=stat_), events, report, mode)
 
     def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report,
                       mode: str = "jsonl") -> None:
@@ -909,6 +971,28 @@ class Ledger:
 # -- pure jobs (run in worker processes for bulk work) --------------------------------
 def _observe_job(job: tuple) -> S.Observation | None:
     return S.observe(*job)
+
+
+COMMIT_BYTES = 16 << 20  # input per transaction when tailing in parallel (one chunk; larger measured no faster)
+
+
+def parallel_tail_min_bytes() -> int:
+    """Backlog from which a tailed file is parsed by the worker processes (64 MiB;
+    ``AGENTLEDGER_PARALLEL_TAIL_BYTES`` overrides it, e.g. for tests)."""
+    return int(os.environ.get("AGENTLEDGER_PARALLEL_TAIL_BYTES") or 64 << 20)
+
+
+def _tail_chunk_job(job: tuple):
+    """One planned chunk of a tailed file → (chunk, its line count, its events), or events
+    None when any would carry a line number (quarantine), which only the caller knows."""
+    from .sources import jsonl
+
+    events_for, source, rel, path, chunk, max_line_bytes = job
+    batch, n_lines = jsonl.read_chunk(path, chunk, max_line_bytes=max_line_bytes)
+    events = events_for(source, rel, batch, None)
+    if any(ev.type == "source.quarantined" for ev in events):
+        return chunk, n_lines, None
+    return chunk, n_lines, events
 
 
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:

@@ -30,6 +30,56 @@ def workers() -> int:
     return max(1, min(n, int(os.environ.get("AGENTLEDGER_WORKERS", n))))
 
 
+def executor():
+    """The shared worker pool, or None when work should stay in this process."""
+    global _pool, _disabled
+    if _disabled or workers() < 2:
+        return None
+    if _pool is None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        try:
+            _pool = ProcessPoolExecutor(max_workers=workers(), mp_context=multiprocessing.get_context("forkserver"))
+        except OSError:
+            _disabled = True
+            return None
+    return _pool
+
+
+def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` in order, on the pool, with at most ``in_flight`` jobs queued or
+    running, so results are consumed (committed) while later ones are computed and
+    memory stays bounded. Falls back to this process when the pool is unavailable."""
+    from collections import deque
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = executor()
+    if pool is None:
+        yield from map(fn, items)
+        return
+    limit = in_flight or workers() + 1
+    queue: deque = deque()
+    items = iter(items)
+    try:
+        for item in items:
+            queue.append((item, pool.submit(fn, item)))
+            if len(queue) >= limit:
+                yield queue.popleft()[1].result()
+        while queue:
+            yield queue.popleft()[1].result()
+    except BrokenProcessPool as exc:
+        import logging
+
+        global _disabled
+        logging.getLogger("agentledger").warning("worker processes unavailable (%s); working in-process", exc)
+        _disabled = True
+        shutdown()
+        for item, _ in queue:  # what had not been consumed yet, then the rest, here
+            yield fn(item)
+        yield from map(fn, items)
+
+
 def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) -> Iterator[R]:
     """``map(fn, items)`` in order; in worker processes when ``items`` is large.
 

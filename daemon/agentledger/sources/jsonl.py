@@ -130,6 +130,69 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
         yield batch
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """A line-aligned byte range of a file (it ends just past a newline)."""
+
+    start: int
+    end: int
+
+
+def plan(path: str | os.PathLike, pos: Position, *, min_bytes: int, block: int = 16 << 20) -> Iterator[Chunk]:
+    """Line-aligned chunks of the unread part of a file, for parsing them in parallel.
+
+    Yields nothing when the sequential reader should do the work: a backlog under
+    ``min_bytes``, or a truncated or replaced file (its reset is the sequential
+    path's job); stops before a block without a newline (an over-long line). Each
+    chunk ends at the last newline of its block, found by reading only the block's
+    last 64 KiB; line numbers are counted by the workers, so this process never
+    reads the data twice."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if pos.offset > size or size - pos.offset < min_bytes or not _same_prefix(fh, pos.fingerprint):
+            return
+        offset = pos.offset
+        while offset < size:
+            stop = min(offset + block, size)
+            end = -1
+            window = 1 << 16
+            while end < 0 and window <= stop - offset:
+                fh.seek(stop - window)
+                last = fh.read(window).rfind(b"\n")
+                end = stop - window + last + 1 if last >= 0 else -1
+                window *= 4
+            if end < 0:
+                fh.seek(offset)
+                last = fh.read(stop - offset).rfind(b"\n")
+                if last < 0:
+                    return
+                end = offset + last + 1
+            yield Chunk(offset, end)
+            offset = end
+
+
+def read_chunk(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int) -> tuple[Batch, int]:
+    """The lines of one planned chunk, numbered from 0 within it, and how many there are.
+    ``end`` is the offset after the last complete line (no line number, no fingerprint:
+    the committing process knows those)."""
+    with open(path, "rb") as fh:
+        fh.seek(chunk.start)
+        data = fh.read(chunk.end - chunk.start)
+    items: list[Line | Oversize] = []
+    line_no, i = 0, 0
+    while i < len(data):
+        j = data.find(b"\n", i)
+        if j < 0:  # the file changed under us: stop at what is complete
+            break
+        line_no += 1
+        if j - i > max_line_bytes:
+            items.append(Oversize(chunk.start + i, line_no, j - i))
+        else:
+            items.append(Line(chunk.start + i, line_no, data[i:j]))
+        i = j + 1
+    return Batch(items=items, end=Position(chunk.start + i, line_no)), line_no
+
+
 def reset_event(source: str, rel: str, batch: Batch, previous: dict, kind: str):
     """The ``source.reset`` event for a tailed file read again from the start."""
     from ..store.events import Event

@@ -315,7 +315,7 @@ class Projector:
             t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
             raw["sha256"], ev.seq)
         if len(self._trial_rows) >= 5000:  # bound memory in long replays
-            self._flush_trials()
+            self._flush_trials(keep_state=True)
         if p.get("facts"):
             self._transcript_turns(ev, p)
         # The run's counters move by this trial's delta (a re-reported trial replaces its row).
@@ -342,7 +342,9 @@ class Projector:
                     " AND item_id IN (SELECT value FROM json_each(?))", (source, run_dir, canonical_json(items))):
                 self._trial_state[(source, run_dir, r[0])] = (r[1], r[2])
 
-    def _flush_trials(self) -> None:
+    def _flush_trials(self, *, keep_state: bool = False) -> None:
+        """Write the buffered trial rows; the (small) per-trial state stays valid across a
+        mid-transaction flush and is dropped at the transaction's end."""
         if self._trial_rows:
             self.conn.executemany(
                 "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model,"
@@ -351,7 +353,8 @@ class Projector:
                 " raw_offset, raw_length, raw_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 list(self._trial_rows.values()))
         self._trial_rows.clear()
-        self._trial_state.clear()
+        if not keep_state:
+            self._trial_state.clear()
 
     def _run_summarized(self, ev: Event, p: dict[str, Any]) -> None:
         s = p["summary"]

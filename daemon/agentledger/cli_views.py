@@ -1,0 +1,129 @@
+"""CLI commands for looking at and shipping the ledger: ``ui``, ``report``, ``export``, ``import``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def add_commands(cmd) -> None:
+    p = cmd("ui", "Serve the ledger read-only in Datasette on 127.0.0.1 (needs: pip install 'agentledger[ui]').")
+    p.add_argument("--port", type=int, default=8001, help="port (default 8001; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+
+    p = cmd("report", "Write one self-contained HTML report with charts (no network needed to view it).")
+    p.add_argument("--output", "-o", type=Path, default=Path("agentledger-report.html"), help="file to write")
+    p.add_argument("--since", metavar="DATE", help="only scores computed at or after this ISO-8601 date/time (UTC)")
+    p.add_argument("--session", metavar="ID", help="only this agent session's iterations")
+
+    p = cmd("export", "Write events as JSON Lines (from a seq on), or scores as CSV (--rubric V: one version),"
+                      " to stdout or --output.")
+    p.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+                   help="jsonl: events (default); csv: scores, every rubric version")
+    p.add_argument("--after", type=int, default=0, metavar="SEQ",
+                   help="jsonl: only events with seq greater than SEQ (resume from the last one you saw)")
+    p.add_argument("--type", dest="types", action="append", default=[], metavar="TYPE",
+                   help="jsonl: only events of this type (repeatable)")
+    p.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
+
+    p = cmd("import", "Append events from an `agentledger export` (JSON Lines) into this ledger, and project them.")
+    p.add_argument("file", help="the export file, or - for stdin")
+
+
+def _out(path: Path | None):
+    return open(path, "w", encoding="utf-8", newline="") if path else sys.stdout
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from . import export
+    from .cli import _ro
+
+    _, conn = _ro(args)
+    out = _out(args.output)
+    try:
+        if args.format == "csv":
+            n = export.write_scores_csv(conn, out, rubric=getattr(args, "rubric", None))  # csv: --rubric filters
+        else:
+            n = 0
+            for line in export.event_lines(conn, args.after, args.types):
+                out.write(line + "\n")
+                n += 1
+    finally:
+        if out is not sys.stdout:
+            out.close()
+        conn.close()
+    if args.output:
+        print(f"export: {n} {'scores' if args.format == 'csv' else 'events'} → {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from . import export
+    from .store import db
+
+    cfg = _cfg(args)
+    conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
+    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
+    try:
+        read, new = export.import_lines(conn, src)
+    except export.ImportError_ as exc:
+        print(f"agentledger import: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        if src is not sys.stdin:
+            src.close()
+        conn.close()
+    print(f"import: {read} events read, {new} new, {read - new} already present")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from . import report
+    from .cli import _ro
+
+    cfg, conn = _ro(args)
+    data = report.gather(conn, since=args.since, session=args.session)
+    conn.close()
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    text = report.render(data, generated_at=now, ledger=str(cfg.store.path))
+    tmp = args.output.with_name(f".{args.output.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, args.output)
+    print(f"report: {len(data.latest)} iterations, {len(data.pass_rates)} eval×model rows → {args.output}")
+    return EXIT_OK
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from . import ui
+    from .store import db
+
+    if not ui.available():
+        print("agentledger ui needs Datasette: pip install 'agentledger[ui]'", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = _cfg(args)
+    path = Path(cfg.store.path)
+    if not path.exists():
+        print(f"agentledger: error: no ledger at {path}", file=sys.stderr)
+        return EXIT_FAIL
+    db.connect(path, synchronous=cfg.store.synchronous).close()  # bring the schema (views) up to date
+    meta = Path(tempfile.mkdtemp(prefix="agentledger-ui-")) / "metadata.json"
+    meta.write_text(json.dumps(ui.metadata_for(path), indent=2))
+    cmd = ui.command(path, meta, args.host, args.port)
+    print(f"agentledger ui: serving {path} read-only on http://{args.host}:{args.port}/ (Ctrl-C stops)",
+          file=sys.stderr)
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)  # Datasette replaces this process: signals and exit status are its own
+    return EXIT_OK  # pragma: no cover
+
+
+def _cfg(args: argparse.Namespace):
+    from .cli import _config
+
+    return _config(args)

@@ -1,0 +1,128 @@
+"""Shipping the ledger elsewhere: events as JSON Lines, scores as CSV, and the import
+that turns an export back into a ledger.
+
+The JSON Lines format is stable (``schema/json/event-export.schema.json``): one
+event per line, exactly as stored — payload text, schema version and
+idempotency key untouched — so a consumer can resume from the last ``seq`` it
+saw and an import is idempotent. Readers upcast old payload versions as the
+ledger itself does.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+EXPORT_FORMAT = 1
+EVENT_COLUMNS = ("seq", "type", "schema_version", "stream", "source", "idempotency_key", "content_hash",
+                 "occurred_at", "recorded_at", "source_path", "source_position")
+SCORE_COLUMNS = ("source", "iteration", "session_id", "task_id", "rubric_version", "scored", "value", "band",
+                 "inputs_hash", "scored_at", "seq")
+
+
+def event_lines(conn: sqlite3.Connection, after: int = 0, types: Iterable[str] = ()) -> Iterator[str]:
+    """Events with ``seq > after`` in order, one JSON object per line (no newline)."""
+    types = tuple(types)
+    where = " AND type IN (%s)" % ",".join("?" * len(types)) if types else ""
+    last = after
+    while True:
+        rows = conn.execute(f"SELECT {', '.join(EVENT_COLUMNS)}, payload FROM events WHERE seq > ?{where}"
+                            " ORDER BY seq LIMIT 2000", (last, *types)).fetchall()
+        if not rows:
+            return
+        for r in rows:
+            obj = {"format": EXPORT_FORMAT, **{c: r[i] for i, c in enumerate(EVENT_COLUMNS)}}
+            # the stored text, embedded as JSON (not re-serialised: byte-stable across versions)
+            yield json.dumps(obj, ensure_ascii=False)[:-1] + ', "payload": ' + r[len(EVENT_COLUMNS)] + "}"
+        last = rows[-1][0]
+
+
+def write_scores_csv(conn: sqlite3.Connection, out: IO[str], *, rubric: str | None = None) -> int:
+    """Every score (all rubric versions, or one) as CSV with a header; returns rows written."""
+    sql = ("SELECT s.source, s.iteration, i.session_id, i.task_id, s.rubric_version, s.scored, s.value, s.band,"
+           " s.inputs_hash, e.recorded_at, s.seq FROM scores s JOIN events e ON e.seq = s.seq"
+           " LEFT JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration")
+    args: tuple = ()
+    if rubric:
+        sql += " WHERE s.rubric_version = ?"
+        args = (rubric,)
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(SCORE_COLUMNS)
+    n = 0
+    for row in conn.execute(sql + " ORDER BY s.source, s.iteration, s.rubric_version", args):
+        w.writerow(["" if v is None else v for v in row])
+        n += 1
+    return n
+
+
+class ImportError_(ValueError):
+    pass
+
+
+_MARK = ', "payload": '
+
+
+def _payload_text(line: str, payload: object) -> str:
+    """The payload's text as it was stored: ``event_lines`` writes it verbatim as the
+    last member, after a header whose strings cannot hold an unescaped quote."""
+    at = line.find(_MARK)
+    if at >= 0:
+        return line[at + len(_MARK):].rstrip().removesuffix("}")
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int = 1000) -> tuple[int, int]:
+    """Append exported events (in their order) and project them; returns (read, new).
+
+    Keys, payload text, versions and times are kept as exported; the receiving
+    ledger numbers the events itself. An event already present (same idempotency
+    key) is skipped, so importing twice changes nothing."""
+    from .store.db import write_transaction
+    from .store.events import CURRENT, Event, append_many, upcast
+    from .store.projections import Projector
+
+    read = new = 0
+    pending: list[Event] = []
+
+    def flush() -> int:
+        if not pending:
+            return 0
+        with write_transaction(conn):
+            projector = Projector(conn)
+            projector.prefetch_trials(pending)
+            fresh = append_many(conn, pending)
+            for ev in fresh:
+                projector.apply(ev)
+            projector.flush()
+        pending.clear()
+        return len(fresh)
+
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if obj.get("format") != EXPORT_FORMAT:
+                raise ImportError_(f"line {n}: not an agentledger event export (format {obj.get('format')!r})")
+            if obj["type"] not in CURRENT:
+                raise ImportError_(f"line {n}: event type {obj['type']!r} is unknown to this version")
+            stored = _payload_text(line, obj["payload"])
+            ev = Event(obj["type"], obj["stream"], obj["source"], obj["idempotency_key"],
+                       upcast(obj["type"], obj["schema_version"], obj["payload"]),
+                       content_hash=obj["content_hash"], source_path=obj.get("source_path"),
+                       source_position=obj.get("source_position"), occurred_at=obj.get("occurred_at"),
+                       schema_version=obj["schema_version"], recorded_at=obj["recorded_at"],
+                       extra={"json": stored})
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ImportError_):
+                raise
+            raise ImportError_(f"line {n}: {type(exc).__name__}: {exc}") from None
+        pending.append(ev)
+        read += 1
+        if len(pending) >= batch:
+            new += flush()
+    new += flush()
+    return read, new

@@ -1,0 +1,36 @@
+"""``agentledger ui``: Datasette over the live ledger, read-only, on loopback.
+
+Datasette opens a database file that may change with ``mode=ro`` (never
+``immutable``, which would let SQLite cache pages the daemon is rewriting), so
+the daemon keeps writing while people browse. The metadata (titles,
+descriptions, units, canned queries) ships in ``schema/datasette/metadata.json``
+under the database name ``ledger`` and is renamed to the file's stem here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .paths import schema_dir
+
+
+def metadata_for(db: Path) -> dict:
+    meta = json.loads((schema_dir() / "datasette" / "metadata.json").read_text("utf-8"))
+    meta["databases"] = {db.stem: meta["databases"].pop("ledger")}
+    return meta
+
+
+def command(db: Path, metadata_file: Path, host: str, port: int) -> list[str]:
+    """The Datasette command line. No ``--immutable``, no ``--root``, no write plugins:
+    queries (canned ones included) run on ``mode=ro`` connections."""
+    return [sys.executable, "-m", "datasette", "serve", str(db), "--host", host, "--port", str(port),
+            "--metadata", str(metadata_file), "--setting", "sql_time_limit_ms", "5000",
+            "--setting", "max_returned_rows", "5000", "--setting", "default_page_size", "100"]
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("datasette") is not None

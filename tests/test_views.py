@@ -1,0 +1,260 @@
+"""Looking at the ledger: documented views on the reference fixtures, read-only access
+(query and Datasette), the HTML report in real Chromium, export → import."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentledger import synth
+from agentledger.store.projections import PROJECTION_TABLES
+
+from .conftest import REFERENCE, run_cli
+from .test_conformance import ledger_for, prepare, run_ingest
+
+VIEWS = ("latest_scores", "score_history", "signal_contributions", "integrity_deltas", "integrity_by_role",
+         "session_scores", "open_quarantine", "quarantine_summary", "run_summaries", "trial_pass_rates_by_model",
+         "source_lag")
+
+
+@pytest.fixture(scope="module")
+def reference_ledger(tmp_path_factory) -> tuple[Path, Path]:
+    """The real iteration log scored under 2.1.0: (ledger file, log dir)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    log, repo = prepare("real-iteration-log", tmp)
+    led = ledger_for(tmp, log, repo, "2.1.0")
+    run_ingest(led)
+    led.close()
+    return tmp / "ledger.sqlite", log
+
+
+def q(db: Path, sql: str, *args) -> list[dict]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+        c.row_factory = sqlite3.Row
+        return [dict(r) for r in c.execute(sql, args)]
+
+
+def test_views_match_the_reference_sidecars(reference_ledger) -> None:
+    db, _ = reference_ledger
+    expected_dir = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
+    refs = {int(p.name[5:-11]): yaml.safe_load(p.read_text()) for p in expected_dir.glob("iter-*.score.yaml")}
+    latest = {r["iteration"]: r for r in q(db, "SELECT * FROM latest_scores")}
+    assert set(latest) == set(refs) and len(refs) > 40
+    for it, ref in refs.items():
+        row = latest[it]
+        assert row["band"] == ref["band"] and row["rubric_version"] == "2.1.0" and row["scored"] == ref["scored"]
+        if isinstance(ref["value"], float):
+            assert abs(row["value"] - ref["value"]) <= 1e-9
+        assert row["scored_at"].endswith("Z") and row["inputs_hash"].startswith("sha256:")
+        contrib = q(db, "SELECT signal, sub_score, contribution, present, detail FROM signal_contributions"
+                        " WHERE iteration = ? ORDER BY rowid", it)
+        assert [c["signal"] for c in contrib] == [b["signal"] for b in ref["breakdown"]]
+        for c, b in zip(contrib, ref["breakdown"]):
+            assert abs(c["contribution"] - b["contribution"]) <= 1e-9 and c["detail"] == b["detail"]
+            assert bool(c["present"]) == b["present"]
+    history = q(db, "SELECT iteration, count(*) AS n FROM score_history GROUP BY iteration")
+    assert {r["iteration"] for r in history} == set(refs) and all(r["n"] == 1 for r in history)
+    # session scores and integrity views agree with their tables
+    assert len(q(db, "SELECT * FROM session_scores")) == len(q(db, "SELECT * FROM sessions"))
+    deltas = q(db, "SELECT role, signal, delta, comparable FROM integrity_deltas")
+    assert deltas and {d["role"] for d in deltas} <= {"impl", "review", "verify", "orchestrator"} | {
+        d["role"] for d in deltas}
+    by_role = q(db, "SELECT sum(pairs) AS n FROM integrity_by_role")[0]["n"]
+    assert by_role == len(deltas)
+    for view in VIEWS:  # every documented view exists and runs
+        q(db, f"SELECT * FROM {view} LIMIT 1")
+    lag = q(db, "SELECT * FROM source_lag WHERE path LIKE 'iter-%'")
+    assert lag and all(r["last_event_at"] is None or r["last_event_at"].endswith("Z") for r in lag)
+
+
+def test_every_view_is_documented_in_the_readme_and_the_datasette_metadata() -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    meta = json.loads((root / "schema" / "datasette" / "metadata.json").read_text())
+    tables = meta["databases"]["ledger"]["tables"]
+    for view in VIEWS:
+        assert f"`{view}`" in readme, view
+        assert view in tables and tables[view].get("title"), view
+
+
+def test_query_cannot_write(reference_ledger) -> None:
+    db, _ = reference_ledger
+    code, _, err = run_cli("query", "DELETE FROM scores", "--db", str(db))
+    assert code == 1 and "readonly" in err.replace("-", "").lower()
+    assert q(db, "SELECT count(*) AS n FROM scores")[0]["n"] > 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("datasette") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Datasette is missing (the [ui] extra; `make test` installs it)")
+        pytest.skip("Datasette is the [ui] extra; `make test` installs it")
+    src, _ = reference_ledger
+    db = tmp_path / "ledger.sqlite"
+    shutil.copy(src, db)
+    before = db.read_bytes()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ui", "--db", str(db), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _ = get(base + "/-/versions.json")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        status, page = get(base + "/ledger/latest_scores")
+        assert status == 200 and "Latest score per iteration" in page
+        status, body = get(base + "/ledger/pass_rate_by_model.json?_shape=array")
+        assert status == 200 and json.loads(body) == []
+        status, body = get(base + "/ledger/band_changes_after_bump.json?_shape=array&before=2.0.2&after=2.1.0")
+        assert status == 200 and isinstance(json.loads(body), list)
+        status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("DELETE FROM scores") + "&_shape=array")
+        assert status >= 400 or "error" in body.lower()
+        status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("SELECT count(*) AS n FROM scores")
+                           + "&_shape=array")
+        assert json.loads(body)[0]["n"] > 40
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM scores").fetchone()[0] > 40
+    assert db.read_bytes() == before  # nothing was written
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is missing (make test installs Debian's chromium package)")
+        pytest.skip("chromium not installed (make test installs Debian's chromium package)")
+    return exe
+
+
+def test_report_renders_in_real_chromium(tmp_path: Path) -> None:
+    exe = chromium()
+    gen = synth.generate(tmp_path / "gen", 40)
+    runs = tmp_path / "vally" / "run-a"
+    runs.mkdir(parents=True)
+    (runs / "results.jsonl").write_bytes(b"".join(synth.vally_trial_line(i) for i in range(8)))
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", "--once", *args, "--vally", str(tmp_path / "vally"))[0] == 0
+    assert run_cli("backfill", *args, "--rubric", "3.0.0")[0] == 0
+    out = tmp_path / "report.html"
+    code, text, _ = run_cli("report", "--db", str(tmp_path / "l.sqlite"), "--output", str(out))
+    assert code == 0 and "40 iterations" in text
+    html = out.read_text()
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+    assert "<script" not in html  # self-contained: nothing to fetch, nothing to run
+    profile = tmp_path / "chromium-profile"
+    dom = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", out.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    for chart in ("trend-overall", "trend-session-0", "contributions", "integrity", "pass-rates"):
+        assert f'id="{chart}"' in dom, chart
+    assert dom.count('class="point"') >= 40 and dom.count('class="segment"') > 40
+    assert dom.count('class="band"') >= 3 and 'class="boundary"' in dom and "rubric 3.0.0" in dom
+    png = tmp_path / "report.png"
+    subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=960,2400",
+                    f"--screenshot={png}", out.as_uri()], capture_output=True, timeout=120, check=True)
+    assert png_size(png) == (960, 2400) and png.stat().st_size > 30_000  # drawn, not a blank page
+    # --session narrows the score charts to one session
+    code, _, _ = run_cli("report", "--db", str(tmp_path / "l.sqlite"), "--session", "sess-00001",
+                         "--output", str(tmp_path / "one.html"))
+    one = (tmp_path / "one.html").read_text()
+    assert code == 0 and "session sess-00001" in one and 'id="trend-session-1"' not in one
+
+
+def dump(db: Path) -> dict[str, list]:
+    with sqlite3.connect(db) as c:
+        return {t: sorted(map(tuple, c.execute(f"SELECT * FROM {t}")), key=repr) for t in PROJECTION_TABLES}
+
+
+def test_export_then_import_reproduces_the_projections(tmp_path: Path) -> None:
+    gen = synth.generate(tmp_path / "gen", 30)
+    runs = tmp_path / "vally" / "run-a"
+    runs.mkdir(parents=True)
+    (runs / "results.jsonl").write_bytes(b"".join(synth.vally_trial_line(i) for i in range(5)) + b"{bad\n")
+    ann = tmp_path / "ann"
+    ann.mkdir()
+    (ann / "a.md").write_text(synth.annotation("arc-1", 2))
+    src = tmp_path / "src.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(src)]
+    assert run_cli("ingest", "--once", *args, "--vally", str(tmp_path / "vally"))[0] == 0
+    assert run_cli("ingest", "--once", "--annotations", str(ann), "--db", str(src))[0] == 0
+    assert run_cli("backfill", *args, "--rubric", "3.0.0")[0] == 0
+    exported = tmp_path / "events.jsonl"
+    assert run_cli("export", "--db", str(src), "--output", str(exported))[0] == 0
+    lines = exported.read_text().splitlines()
+    with sqlite3.connect(src) as c:
+        assert len(lines) == c.execute("SELECT count(*) FROM events").fetchone()[0]
+        stored = c.execute("SELECT payload FROM events ORDER BY seq").fetchall()
+    assert [json.loads(line)["payload"] for line in lines] == [json.loads(p) for (p,) in stored]
+    dst = tmp_path / "dst.sqlite"
+    code, out, _ = run_cli("import", str(exported), "--db", str(dst))
+    assert code == 0 and f"{len(lines)} new" in out
+    assert dump(dst) == dump(src)
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        cols = "seq, type, schema_version, idempotency_key, content_hash, recorded_at, payload"
+        assert a.execute(f"SELECT {cols} FROM events").fetchall() == b.execute(f"SELECT {cols} FROM events").fetchall()
+    code, out, _ = run_cli("import", str(exported), "--db", str(dst))  # idempotent
+    assert code == 0 and "0 new" in out and dump(dst) == dump(src)
+    # resume from a seq; scores as CSV
+    code, out, _ = run_cli("export", "--db", str(src), "--after", "10", "--type", "score.computed")
+    tail = [json.loads(x) for x in out.splitlines()]
+    assert tail and all(e["seq"] > 10 and e["type"] == "score.computed" for e in tail)
+    code, out, _ = run_cli("export", "--db", str(src), "--format", "csv", "--rubric", "3.0.0")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 30 and {r["rubric_version"] for r in rows} == {"3.0.0"}
+    assert all(r["scored_at"].endswith("Z") for r in rows)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": 99}\n')
+    code, _, err = run_cli("import", str(bad), "--db", str(tmp_path / "x.sqlite"))
+    assert code == 1 and "line 1" in err
