@@ -69,6 +69,13 @@ class Event:
     recorded_at: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __reduce__(self):
+        """Compact pickling (events cross from parsing workers in bulk): positional
+        fields, no per-object attribute dict."""
+        return (_rebuild, (self.type, self.stream, self.source, self.idempotency_key, self.payload,
+                           self.content_hash, self.source_path, self.source_position, self.occurred_at,
+                           self.schema_version, self.seq, self.recorded_at, self.extra))
+
     def __post_init__(self) -> None:
         if not self.schema_version:
             self.schema_version = CURRENT[self.type]
@@ -76,6 +83,10 @@ class Event:
             if "json" not in self.extra:  # a hot path may hand in the payload's JSON text
                 self.extra["json"] = canonical_json(self.payload)
             self.content_hash = content_hash(self.extra["json"].encode("utf-8"))
+
+
+def _rebuild(*fields: Any) -> Event:
+    return Event(*fields)
 
 
 def idempotency_digest(identity: str) -> str:
