@@ -87,3 +87,23 @@ def _iso(t: int) -> str:
     import time
 
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def test_a_change_notification_looks_only_at_what_it_changed(tmp_path: Path) -> None:
+    """After a full scan (which touches every iteration), a hint naming one new record
+    works on that record alone; the scan's set of touched iterations is not carried over."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 30)
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    led.scan_all()
+    assert len({it for _, it in led.touched.iterations}) >= 30
+    synth.add_iteration(gen, 31)
+    report = led.ingest_hint(src, {"iter-31.yaml"}, set())
+    assert report.events >= 1
+    assert led.touched.iterations == {(src.id, 31)}
+    led.rescore(src)
+    assert (gen.log / "iter-31.score.yaml").is_file()
+    led.close()

@@ -83,6 +83,7 @@ class Projector:
         self._trial_rows: dict[tuple[str, str, str], tuple] = {}
         self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
         self.touched_sessions: set[tuple[str, str, str]] = set()
+        self.session_bytes: dict[tuple[str, str, str], bytes] = {}  # rendered by _recompute_session
 
     @property
     def queued(self) -> Touched:
@@ -467,7 +468,9 @@ class Projector:
         name = sha = None
         if sidecars.unsafe_session_id(session_id) is None:
             name = sidecars.session_sidecar_name(session_id)
-            sha = sidecars.sha256(sidecars.render_session(session_id, version, entries, scored, value, band))
+            data = sidecars.render_session(session_id, version, entries, scored, value, band)
+            sha = sidecars.sha256(data)
+            self.session_bytes[(source, session_id, version)] = data  # the writer reuses it
         iters = canonical_json([e.iteration for e in entries])
         self.conn.execute(
             "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
