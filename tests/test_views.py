@@ -258,3 +258,21 @@ def test_export_then_import_reproduces_the_projections(tmp_path: Path) -> None:
     bad.write_text('{"format": 99}\n')
     code, _, err = run_cli("import", str(bad), "--db", str(tmp_path / "x.sqlite"))
     assert code == 1 and "line 1" in err
+
+
+def test_read_commands_upgrade_a_ledger_written_by_an_older_version(tmp_path: Path) -> None:
+    db = tmp_path / "l.sqlite"
+    assert run_cli("status", "--db", str(db))[0] == 0  # creates a current ledger
+    with sqlite3.connect(db) as c:  # make it look like one written before migration 5
+        views = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
+        for v in ("latest_scores", "score_history", "source_lag"):
+            assert v in views
+        for v in views:
+            if v in ("latest_scores", "score_history", "signal_contributions", "integrity_by_role",
+                     "integrity_deltas", "session_scores", "open_quarantine", "quarantine_summary",
+                     "run_summaries", "trial_pass_rates_by_model", "source_lag"):
+                c.execute(f"DROP VIEW {v}")
+        c.execute("DELETE FROM _sqlite_migrations WHERE name = '0005_views'")
+        c.execute("PRAGMA user_version = 4")
+    code, out, err = run_cli("query", "SELECT count(*) AS n FROM latest_scores", "--json", "--db", str(db))
+    assert code == 0 and json.loads(out) == [{"n": 0}], err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -311,7 +312,20 @@ def _ro(args: argparse.Namespace):
     cfg = _config(args)
     if not cfg.store.path.exists():
         connect(cfg.store.path).close()  # an empty, migrated ledger reads as zeros
-    return cfg, connect_readonly(cfg.store.path)
+    conn = connect_readonly(cfg.store.path)
+    from .store.migrate import migration_files
+
+    if conn.execute("PRAGMA user_version").fetchone()[0] < len(migration_files()):
+        # A ledger written by an older version (its daemon not restarted yet): the new
+        # migrations only add tables and views, so bring it up to date before reading.
+        try:
+            connect(cfg.store.path, create=False).close()
+            conn.close()
+            conn = connect_readonly(cfg.store.path)
+        except (OSError, sqlite3.Error) as exc:  # a read-only copy: read what it has
+            print(f"agentledger: warning: ledger schema is older than this version and could not be "
+                  f"upgraded ({exc}); newer tables and views are missing", file=sys.stderr)
+    return cfg, conn
 
 
 def cmd_status(args: argparse.Namespace) -> int:
