@@ -474,8 +474,14 @@ class Ledger:
         only this process knows. Returns the position after the last commit (None
         when nothing was done this way); the sequential reader takes the rest (the
         partial last line, a reset, an over-long line)."""
-        from . import parallel
         from .sources import jsonl
+
+        try:
+            if os.stat(path).st_size - pos.offset < parallel_tail_min_bytes():
+                return None  # the usual case (a few new lines): no pool, no imports
+        except OSError:
+            return None  # the sequential reader reports it
+        from . import parallel
 
         if parallel.executor() is None:
             return None
