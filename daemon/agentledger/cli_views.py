@@ -102,17 +102,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from . import ui
-    from .store import db
+    from .cli import _ro
 
     if not ui.available():
         print("agentledger ui needs Datasette: pip install 'agentledger[ui]'", file=sys.stderr)
         return EXIT_USAGE
-    cfg = _cfg(args)
-    path = Path(cfg.store.path)
+    path = Path(_cfg(args).store.path)
     if not path.exists():
         print(f"agentledger: error: no ledger at {path}", file=sys.stderr)
         return EXIT_FAIL
-    db.connect(path, synchronous=cfg.store.synchronous).close()  # bring the schema (views) up to date
+    _ro(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
     meta = Path(tempfile.mkdtemp(prefix="agentledger-ui-")) / "metadata.json"
     meta.write_text(json.dumps(ui.metadata_for(path), indent=2))
     cmd = ui.command(path, meta, args.host, args.port)

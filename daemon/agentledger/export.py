@@ -19,25 +19,19 @@ from typing import IO
 EXPORT_FORMAT = 1
 EVENT_COLUMNS = ("seq", "type", "schema_version", "stream", "source", "idempotency_key", "content_hash",
                  "occurred_at", "recorded_at", "source_path", "source_position")
+_MARK = ', "payload": '  # the payload is written last, verbatim, after this
 SCORE_COLUMNS = ("source", "iteration", "session_id", "task_id", "rubric_version", "scored", "value", "band",
                  "inputs_hash", "scored_at", "seq")
 
 
 def event_lines(conn: sqlite3.Connection, after: int = 0, types: Iterable[str] = ()) -> Iterator[str]:
     """Events with ``seq > after`` in order, one JSON object per line (no newline)."""
-    types = tuple(types)
-    where = " AND type IN (%s)" % ",".join("?" * len(types)) if types else ""
-    last = after
-    while True:
-        rows = conn.execute(f"SELECT {', '.join(EVENT_COLUMNS)}, payload FROM events WHERE seq > ?{where}"
-                            " ORDER BY seq LIMIT 2000", (last, *types)).fetchall()
-        if not rows:
-            return
-        for r in rows:
-            obj = {"format": EXPORT_FORMAT, **{c: r[i] for i, c in enumerate(EVENT_COLUMNS)}}
-            # the stored text, embedded as JSON (not re-serialised: byte-stable across versions)
-            yield json.dumps(obj, ensure_ascii=False)[:-1] + ', "payload": ' + r[len(EVENT_COLUMNS)] + "}"
-        last = rows[-1][0]
+    from .store.events import rows
+
+    for r in rows(conn, after=after, types=tuple(types)):
+        obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}}
+        # the stored text, embedded as JSON (not re-serialised: byte-stable across versions)
+        yield json.dumps(obj, ensure_ascii=False)[:-1] + _MARK + r["payload"] + "}"
 
 
 def write_scores_csv(conn: sqlite3.Connection, out: IO[str], *, rubric: str | None = None) -> int:
@@ -61,8 +55,6 @@ def write_scores_csv(conn: sqlite3.Connection, out: IO[str], *, rubric: str | No
 class ImportError_(ValueError):
     pass
 
-
-_MARK = ', "payload": '
 
 
 def _payload_text(line: str, payload: object) -> str:

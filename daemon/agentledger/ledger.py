@@ -188,13 +188,18 @@ class Ledger:
             self.conn.execute("DELETE FROM source_checkpoints WHERE source = ? AND path = ?",
                               (src.id, obs.cand.rel))
             return
-        dev, ino, size, mtime = obs.stat or (None, None, None, None)
+        self._save_file_checkpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest, last_seq)
+
+    def _save_file_checkpoint(self, source: str, rel: str, kind: str, stat_: tuple | None,
+                              content_hash: str | None, last_seq: int | None) -> None:
+        """What a whole-file source last saw of ``rel`` (inside the caller's transaction)."""
+        dev, ino, size, mtime = stat_ or (None, None, None, None)
         self.conn.execute(
             "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, content_hash, last_seq)"
             " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (source, path) DO UPDATE SET kind = excluded.kind,"
             " dev = excluded.dev, ino = excluded.ino, size = excluded.size, mtime_ns = excluded.mtime_ns,"
             " content_hash = excluded.content_hash, last_seq = coalesce(excluded.last_seq, last_seq)",
-            (src.id, obs.cand.rel, obs.cand.kind, dev, ino, size, mtime, obs.digest, last_seq))
+            (source, rel, kind, dev, ino, size, mtime, content_hash, last_seq))
 
     def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
@@ -384,13 +389,7 @@ class Ledger:
                         self.conn.execute("DELETE FROM source_checkpoints WHERE source = ? AND path = ?",
                                           (src.id, rel))
                         continue
-                    self.conn.execute(
-                        "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, content_hash,"
-                        " last_seq) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (source, path) DO UPDATE SET"
-                        " kind = excluded.kind, dev = excluded.dev, ino = excluded.ino, size = excluded.size,"
-                        " mtime_ns = excluded.mtime_ns, content_hash = excluded.content_hash,"
-                        " last_seq = coalesce(excluded.last_seq, last_seq)",
-                        (src.id, rel, A.KIND, *sig, sha, last))
+                    self._save_file_checkpoint(src.id, rel, A.KIND, sig, sha, last)
                 projector.flush()
             report.files_read += len(changes)
         return report

@@ -13,6 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def is_int64(value: Any) -> bool:
+    """An exact integer a 64-bit column (SQLite, Go's int64) can hold; bools are not."""
+    return type(value) is int and INT64_MIN <= value <= INT64_MAX
+
 Tri = bool | None  # the reference's OptionalBool: unset / false / true
 
 

@@ -15,6 +15,8 @@ import re
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
+from ..model import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
+
 STR, INT, FLOAT, BOOL, NULL, TIMESTAMP = "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"
 
 _MAP: dict[str, tuple[str, object]] = {}
@@ -38,7 +40,7 @@ _GO_FLOAT = re.compile(
 _BASE60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
 OLD_BOOL_TRUE = frozenset("y Y yes Yes YES on On ON".split())
 OLD_BOOL_FALSE = frozenset("n N no No NO off Off OFF".split())
-INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+UINT64_MAX = 2**64 - 1
 
 # Timestamp layouts yaml.v3 tries ("2006-1-2T15:4:5.999999999Z07:00", the same
 # with a lower-case t, "2006-1-2 15:4:5.999999999", "2006-1-2").

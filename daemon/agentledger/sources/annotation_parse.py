@@ -20,6 +20,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..model import is_int64
+
 PARSER_VERSION = 1
 MAX_NODES = 100_000  # values in a front matter, aliases expanded
 MAX_SPAN = 10_000  # a wider "iter a-b" range is not taken as iterations
@@ -176,8 +178,9 @@ class Annotation:
 
 
 def _agrees(declared: Any, derived: Any, has_declared: bool) -> bool | None:
-    if not has_declared or derived is None and declared is not None:
-        return None if not has_declared else False
+    """None when nothing was declared; null agrees only with null; ``~10`` agrees with 10."""
+    if not has_declared:
+        return None
     if declared is None or derived is None:
         return declared is None and derived is None
     d = _number(declared)
@@ -211,7 +214,7 @@ def _jsonable(value: Any, budget: list[int]) -> Any:
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+    if type(value) is int and not is_int64(value):
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

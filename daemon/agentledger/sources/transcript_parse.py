@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+from ..model import is_int64
+
 _TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:\d{2})\Z")
 
 
@@ -90,7 +91,7 @@ def _str(value: Any) -> str:
 def _int(value: Any) -> int:
     if value is None:
         return 0
-    if type(value) is int and INT64_MIN <= value <= INT64_MAX:
+    if is_int64(value):
         return value
     raise Skip
 

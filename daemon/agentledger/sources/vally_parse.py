@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..model import is_int64
+
 _TRIAL_N = re.compile(r"::trial-(\d+)$")
 
 
@@ -167,9 +169,6 @@ def _trial(r: AnyLine) -> dict[str, Any]:
 
 _INT_FACTS = ("trial_index", "duration_ms", "input_tokens", "output_tokens", "cache_read_tokens",
               "cache_write_tokens", "tool_calls", "tool_errors", "turns")
-_INT64 = 1 << 63
-
-
 def _check_storable(facts: dict[str, Any]) -> None:
     """JSON has no NaN/Infinity and SQLite integers are 64-bit: such a value makes
     the line bad input (quarantined), not a failed transaction."""
@@ -178,7 +177,7 @@ def _check_storable(facts: dict[str, Any]) -> None:
         raise BadLine(f"record: gradeResult.score is {score}, which is not a JSON number")
     for key in _INT_FACTS:
         value = facts[key]
-        if value is not None and not -_INT64 <= value < _INT64:
+        if value is not None and not is_int64(value):
             raise BadLine(f"record: {key} is {value}, beyond a 64-bit integer")
 
 
@@ -200,7 +199,7 @@ def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
         d = e.data
         if e.type == "token_usage":
             nums = [d.get(key) for key in ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")]
-            nums = [n if type(n) is int and 0 <= n < (1 << 63) else 0 for n in nums]
+            nums = [n if is_int64(n) and n >= 0 else 0 for n in nums]
             out.append([line_offset + k, ts, "vally", *nums, 1, 0, 0])
         else:
             out.append([line_offset + k, ts, "vally", 0, 0, 0, 0, 0, 1, int(d.get("success") is False)])

@@ -182,18 +182,23 @@ def _row_to_event(row: sqlite3.Row) -> Event:
     )
 
 
-def read(conn: sqlite3.Connection, *, after: int = 0, types: tuple[str, ...] = (),
-         batch: int = 2000) -> Iterator[Event]:
-    """Events in ``seq`` order, upcast to their current payload versions."""
+def rows(conn: sqlite3.Connection, *, after: int = 0, types: tuple[str, ...] = (),
+         batch: int = 2000) -> Iterator[sqlite3.Row]:
+    """Stored event rows with ``seq > after`` in order (optionally of some types),
+    read in pages so memory stays flat however long the log is."""
     last = after
     where = " AND type IN (%s)" % ",".join("?" * len(types)) if types else ""
     while True:
-        rows = conn.execute(
-            f"SELECT * FROM events WHERE seq > ?{where} ORDER BY seq LIMIT ?",
-            (last, *types, batch),
-        ).fetchall()
-        if not rows:
+        page = conn.execute(f"SELECT * FROM events WHERE seq > ?{where} ORDER BY seq LIMIT ?",
+                            (last, *types, batch)).fetchall()
+        if not page:
             return
-        for row in rows:
-            yield _row_to_event(row)
-        last = rows[-1]["seq"]
+        yield from page
+        last = page[-1]["seq"]
+
+
+def read(conn: sqlite3.Connection, *, after: int = 0, types: tuple[str, ...] = (),
+         batch: int = 2000) -> Iterator[Event]:
+    """Events in ``seq`` order, upcast to their current payload versions."""
+    for row in rows(conn, after=after, types=types, batch=batch):
+        yield _row_to_event(row)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import sidecars
-from ..model import decode_float
+from ..model import decode_float, is_int64
 from ..scoring import rubric as rubrics
 from .events import Event, canonical_json
 
@@ -398,7 +398,7 @@ class Projector:
 
         def integer(key: str) -> int | None:
             v = fm.get(key)
-            return v if type(v) is int and -(1 << 63) <= v < (1 << 63) else None
+            return v if is_int64(v) else None
 
         findings = [x["message"] for x in d["problems"] if x["kind"] == "verdict"]
         self.conn.execute(
