@@ -491,48 +491,18 @@ class Ledger:
         st = os.stat(path)
         stat_ = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         limit = self.cfg.limits.max_line_bytes
-        with open(path, "rb") as fh:
-            fingerprint = jsonl.fingerprint(fh, jsonl.FINGERPRINT_BYTES)
-
-        def jobs():
-            for chunk in itertools.chain([first], chunks):
-                yield (events_for, source, rel, str(path), chunk, limit)
-
-        with _no_cyclic_gc():
-            return self._commit_chunks(source, rel, path, parallel.imap_bounded(_tail_chunk_job, jobs()),
-                                        pos.line_no, st.st_size, stat_, fingerprint, events_for, report, mode)
-
-    def _commit_chunks(self, source, rel, path, results, line_no, size, stat_, fingerprint, events_for,
-                       report, mode):
-        from .sources import jsonl
-
-        limit = self.cfg.limits.max_line_bytes
-        moved, pending, pending_bytes = None, [], 0
-        for chunk, n_lines, events in results:
-            if events is None:  # names line numbers: redo here, where they are known
-                batch, _ = jsonl.read_chunk(path, chunk, max_line_bytes=limit)
-                batch.items = [jsonl.Line(it.offset, it.line_no + line_no, it.data) if isinstance(it, jsonl.Line)
-                               else jsonl.Oversize(it.offset, it.line_no + line_no, it.length) for it in batch.items]
-                events = events_for(source, rel, batch, None)
-            line_no += n_lines
-            pending += events
-            pending_bytes += chunk.end - chunk.start
-            moved = jsonl.Position(chunk.end, line_no, fingerprint if chunk.end >= jsonl.FINGERPRINT_BYTES
-                                   else None)
-            if pending_bytes >= COMMIT_BYTES:
-                self._commit_parallel(source, rel, path, moved, size, stat_, pending, report, mode)
-                pending, pending_bytes = [], 0
-        if pending:
-            self._commit_parallel(source, rel, path, moved, size, stat_, pending, report, mode)
+        jobs = ((events_for, source, rel, str(path), chunk, limit) for chunk in itertools.chain([first], chunks))
+        moved, line_no = None, pos.line_no
+        with _no_cyclic_gc(), open(path, "rb") as fh:
+            for chunk, n_lines, events in parallel.imap_bounded(_tail_chunk_job, jobs):
+                if events is None:  # they name line numbers: parse again here, where those are known
+                    batch, _ = jsonl.read_chunk(path, chunk, max_line_bytes=limit, line_base=line_no)
+                    events = events_for(source, rel, batch, None)
+                line_no += n_lines
+                moved = jsonl.Position(chunk.end, line_no, jsonl.fingerprint(fh, chunk.end))
+                self._commit_jsonl(source, rel, jsonl.Batch(end=moved, size=st.st_size, stat=stat_), events,
+                                   report, mode)
         return moved
-
-    def _commit_parallel(self, source, rel, path, end, size, stat_, events, report, mode) -> None:
-        from .sources import jsonl
-
-        if end.fingerprint is None:  # a position inside the first 4 KiB
-            with open(path, "rb") as fh:
-                end = jsonl.Position(end.offset, end.line_no, jsonl.fingerprint(fh, end.offset))
-        self._commit_jsonl(source, rel, jsonl.Batch(end=end, size=size, stat=stat_), events, report, mode)
 
     def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report,
                       mode: str = "jsonl") -> None:
@@ -996,9 +966,6 @@ class Ledger:
 # -- pure jobs (run in worker processes for bulk work) --------------------------------
 def _observe_job(job: tuple) -> S.Observation | None:
     return S.observe(*job)
-
-
-COMMIT_BYTES = 16 << 20  # input per transaction when tailing in parallel (one chunk; larger measured no faster)
 
 
 @contextlib.contextmanager

@@ -171,10 +171,11 @@ def plan(path: str | os.PathLike, pos: Position, *, min_bytes: int, block: int =
             offset = end
 
 
-def read_chunk(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int) -> tuple[Batch, int]:
-    """The lines of one planned chunk, numbered from 0 within it, and how many there are.
-    ``end`` is the offset after the last complete line (no line number, no fingerprint:
-    the committing process knows those)."""
+def read_chunk(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int,
+               line_base: int = 0) -> tuple[Batch, int]:
+    """The lines of one planned chunk, numbered from ``line_base`` (workers do not know
+    it: 0), and how many there are. ``end`` is the offset after the last complete line
+    (no fingerprint: the committing process adds it)."""
     with open(path, "rb") as fh:
         fh.seek(chunk.start)
         data = fh.read(chunk.end - chunk.start)
@@ -182,14 +183,14 @@ def read_chunk(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int) ->
     parts = data.split(b"\n")  # one C pass; the last part follows the last newline
     complete = parts[:-1]
     at = chunk.start
-    for line_no, part in enumerate(complete, 1):
+    for line_no, part in enumerate(complete, line_base + 1):
         if len(part) > max_line_bytes:
             items.append(Oversize(at, line_no, len(part)))
         else:
             items.append(Line(at, line_no, part))
         at += len(part) + 1
-    line_no, i = len(complete), at - chunk.start  # short of the chunk's end only if the file changed
-    return Batch(items=items, end=Position(chunk.start + i, line_no)), line_no
+    # (short of the chunk's end only if the file changed while it was planned)
+    return Batch(items=items, end=Position(at, line_base + len(complete))), len(complete)
 
 
 def reset_event(source: str, rel: str, batch: Batch, previous: dict, kind: str):
