@@ -378,7 +378,8 @@ class Ledger:
                     continue
                 sha = hashlib.sha256(data).hexdigest()
                 same = prev is not None and prev[4] == sha
-                changes.append((rel, sig, sha, [] if same else A.events_for(src.id, rel, data, prev[4] if prev else None)))
+                changes.append((rel, sig, sha, [] if same else A.events_for(src.id, rel, data, prev[4] if prev else None,
+                                                                             sha)))
             if not changes:
                 continue
             with store.write_transaction(self.conn):

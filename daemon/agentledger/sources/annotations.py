@@ -45,13 +45,13 @@ def is_trajectory(data: bytes) -> bool:
     return bool(_TRAJECTORY_HEADING.search(head.decode("utf-8", "replace")))
 
 
-def events_for(source: str, rel: str, data: bytes, previous: str | None) -> list[Event]:
+def events_for(source: str, rel: str, data: bytes, previous: str | None, sha: str | None = None) -> list[Event]:
     """The events one new content of ``rel`` stands for ([] when it is not a trajectory).
     ``previous`` (the last content hash) is part of the keys, so a file that returns to
     an earlier content is recorded again."""
     from . import annotation_parse as P
 
-    sha = hashlib.sha256(data).hexdigest()
+    sha = sha or hashlib.sha256(data).hexdigest()  # the caller has usually hashed it already
     stream = f"{source}:{rel}"
     base = f"annotation|{source}|{rel}|{sha}|{previous or '-'}"
     if not is_trajectory(data):
