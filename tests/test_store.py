@@ -60,6 +60,28 @@ def test_append_many_matches_one_by_one_appends(tmp_path: Path) -> None:
         assert append_many(conn, [ev("a", "1"), ev("d", "4")]) == []
 
 
+def test_bulk_commits_relax_durability_until_the_last_commit(tmp_path: Path) -> None:
+    """Inside ``bulk_commits`` the chunks commit under NORMAL with a long checkpoint
+    interval; the last commit (after the yielded function) and everything after the
+    block run with the connection's own settings, even when the block fails."""
+    settings = lambda c: (c.execute("PRAGMA synchronous").fetchone()[0],  # noqa: E731
+                          c.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    conn = db.connect(tmp_path / "l.sqlite")
+    assert settings(conn) == (2, 1000)
+    with db.bulk_commits(conn) as last_commit_follows:
+        assert settings(conn) == (1, 16384)
+        last_commit_follows()
+        assert settings(conn) == (2, 1000)
+    assert settings(conn) == (2, 1000)
+    with pytest.raises(RuntimeError), db.bulk_commits(conn):
+        raise RuntimeError("a chunk failed")
+    assert settings(conn) == (2, 1000)
+    relaxed = db.connect(tmp_path / "n.sqlite", synchronous="NORMAL")
+    with db.bulk_commits(relaxed):
+        assert settings(relaxed) == (1, 16384)
+    assert settings(relaxed) == (1, 1000)
+
+
 def test_old_payload_versions_are_upcast_on_read_never_rewritten(tmp_path: Path, monkeypatch) -> None:
     conn = db.connect(tmp_path / "l.sqlite")
     with db.write_transaction(conn):

@@ -185,6 +185,8 @@ def test_parallel_tailing_equals_sequential_tailing(tmp_path: Path, monkeypatch)
             "runs": c.execute("SELECT * FROM runs").fetchall(),
             "quarantine": c.execute("SELECT path, line, byte_offset, reason FROM quarantine ORDER BY line").fetchall(),
             "checkpoint": c.execute("SELECT byte_offset, line_no, fingerprint FROM source_checkpoints").fetchall(),
+            # a bulk catch-up hands back the connection's durability settings as it found them
+            "pragmas": [c.execute("PRAGMA synchronous").fetchone(), c.execute("PRAGMA wal_autocheckpoint").fetchone()],
         }
         led.close()
         return report, {k: [tuple(r) for r in v] for k, v in out.items()}
@@ -198,6 +200,7 @@ def test_parallel_tailing_equals_sequential_tailing(tmp_path: Path, monkeypatch)
     assert parallel_ == sequential
     assert [q[1] for q in parallel_["quarantine"]] == [121, 202]  # true line numbers
     assert parallel_["checkpoint"][0][:2] == (len(body), 232)  # 120 + 1 + 80 + 1 + 30 lines
+    assert parallel_["pragmas"] == [(2,), (1000,)]  # FULL, the default checkpoint interval
 
 
 def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:

@@ -494,15 +494,26 @@ class Ledger:
         limit = self.cfg.limits.max_line_bytes
         jobs = ((events_for, source, rel, str(path), chunk, limit) for chunk in itertools.chain([first], chunks))
         moved, line_no = None, pos.line_no
-        with _no_cyclic_gc(), open(path, "rb") as fh:
-            for chunk, n_lines, events in parallel.imap_bounded(_tail_chunk_job, jobs):
-                if events is None:  # they name line numbers: parse again here, where those are known
-                    batch, _ = jsonl.read_chunk(path, chunk, max_line_bytes=limit, line_base=line_no)
-                    events = events_for(source, rel, batch, None)
-                line_no += n_lines
-                moved = jsonl.Position(chunk.end, line_no, jsonl.fingerprint(fh, chunk.end))
-                self._commit_jsonl(source, rel, jsonl.Batch(end=moved, size=st.st_size, stat=stat_), events,
-                                   report, mode)
+
+        def commit(result) -> None:
+            nonlocal moved, line_no
+            chunk, n_lines, events = result
+            if events is None:  # they name line numbers: parse again here, where those are known
+                lines = jsonl.chunk_lines(path, chunk, max_line_bytes=limit, line_base=line_no)
+                events = events_for(source, rel, jsonl.Batch(items=lines), None)
+            line_no += n_lines
+            moved = jsonl.Position(chunk.end, line_no, jsonl.fingerprint(fh, chunk.end))
+            self._commit_jsonl(source, rel, jsonl.Batch(end=moved, size=st.st_size, stat=stat_), events,
+                               report, mode)
+
+        with _no_cyclic_gc(), open(path, "rb") as fh, store.bulk_commits(self.conn) as last_commit_follows:
+            held = None  # each result is committed once the next one is in: the last is known
+            for result in parallel.imap_bounded(_tail_chunk_job, jobs):
+                if held is not None:
+                    commit(held)
+                held = result
+            last_commit_follows()
+            commit(held)
         return moved
 
     def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report,
@@ -994,9 +1005,16 @@ def _tail_chunk_job(job: tuple):
     from .sources import jsonl
 
     events_for, source, rel, path, chunk, max_line_bytes = job
+    n_lines = 0
+
+    def counted():
+        nonlocal n_lines
+        for item in jsonl.chunk_lines(path, chunk, max_line_bytes=max_line_bytes):
+            n_lines = item.line_no
+            yield item
+
     with _no_cyclic_gc():
-        batch, n_lines = jsonl.read_chunk(path, chunk, max_line_bytes=max_line_bytes)
-        events = events_for(source, rel, batch, None)
+        events = events_for(source, rel, jsonl.Batch(items=counted()), None)
     if any(ev.type == "source.quarantined" for ev in events):
         return chunk, n_lines, None
     return chunk, n_lines, events

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -53,7 +53,7 @@ class Oversize:
 
 @dataclass
 class Batch:
-    items: list[Line | Oversize] = field(default_factory=list)
+    items: Iterable[Line | Oversize] = field(default_factory=list)  # a list, or streamed (workers)
     end: Position = Position()  # where the next read starts (commit this with the events)
     reset: str | None = None  # "truncated" | "replaced" when this batch restarted at 0
     size: int = 0  # file size when read (lag = size - end.offset)
@@ -80,13 +80,44 @@ def _same_prefix(fh, fp: str | None) -> bool:
     return len(head) == int(length) and hashlib.sha256(head).hexdigest()[:32] == digest
 
 
+def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None) -> Iterator[Line | Oversize]:
+    """The complete lines of ``fh`` (positioned at ``offset``) up to ``end``, or up to a
+    partial last line, which is left unread. Lines come from the buffered reader's
+    ``readline`` with a length cap: C code, one copy per line, and a line is freed
+    once its consumer is done with it, so the same memory serves the next (bulk
+    reads spent a third of their time faulting in fresh pages when a chunk was read
+    and split whole)."""
+    readline = fh.readline
+    while end is None or offset < end:
+        line = readline(cap)
+        if not line:
+            return
+        if line[-1] == 10:  # b"\n"
+            line_no += 1
+            yield Line(offset, line_no, line[:-1])
+            offset += len(line)
+        elif len(line) < cap:
+            return  # a partial last line waits for its newline
+        else:  # over-long: skip to its newline without holding it
+            length = len(line)
+            while (more := readline(CHUNK)) and more[-1] != 10:
+                length += len(more)
+            if not more:
+                return  # still no newline: wait, and judge it again then
+            line_no += 1
+            length += len(more)
+            yield Oversize(offset, line_no, length - 1)
+            offset += length
+
+
+def _after(item: Line | Oversize) -> int:
+    return item.offset + (len(item.data) if isinstance(item, Line) else item.length) + 1
+
+
 def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 20,
          max_batch_bytes: int = 8 << 20, max_lines: int = 2000) -> Iterator[Batch]:
     """Batches of complete lines from ``pos`` on; stops at a partial line or end of file.
-
-    Lines come from the buffered reader's ``readline`` with a length cap (C
-    code; the per-line cost bulk catch-up is dominated by). Raises ``OSError``
-    when the file cannot be opened (missing, a directory, …)."""
+    Raises ``OSError`` when the file cannot be opened (missing, a directory, …)."""
     with open(path, "rb", buffering=CHUNK) as fh:
         st = os.fstat(fh.fileno())
         stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -99,34 +130,18 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
             pos = Position()
         offset, line_no = pos.offset, pos.line_no
         fh.seek(offset)
-        readline, cap = fh.readline, max_line_bytes + 1
         batch = Batch(reset=reset, size=st.st_size, stat=stat)
-        items, batch_bytes = batch.items, 0
-        while line := readline(cap):
-            if line[-1] == 10:  # b"\n"
-                line_no += 1
-                items.append(Line(offset, line_no, line[:-1]))
-                offset += len(line)
-                batch_bytes += len(line)
-            elif len(line) < cap:
-                break  # a partial last line waits for its newline
-            else:  # over-long: skip to its newline without holding it
-                length = len(line)
-                while (more := readline(CHUNK)) and more[-1] != 10:
-                    length += len(more)
-                if not more:
-                    break  # still no newline: wait, and judge it again then
-                line_no += 1
-                length += len(more)
-                items.append(Oversize(offset, line_no, length - 1))
-                offset += length
-            if batch_bytes >= max_batch_bytes or len(items) >= max_lines:
-                batch.end = Position(offset, line_no, fingerprint(fh, offset))
+        items, start = [], offset
+        for item in _lines(fh, offset, line_no, max_line_bytes + 1):
+            items.append(item)
+            offset, line_no = _after(item), item.line_no
+            if offset - start >= max_batch_bytes or len(items) >= max_lines:
+                batch.items, batch.end = items, Position(offset, line_no, fingerprint(fh, offset))
                 fh.seek(offset)  # fingerprint() moved the read position
                 yield batch
                 batch = Batch(size=st.st_size, stat=stat)
-                items, batch_bytes = batch.items, 0
-        batch.end = Position(offset, line_no, fingerprint(fh, offset))
+                items, start = [], offset
+        batch.items, batch.end = items, Position(offset, line_no, fingerprint(fh, offset))
         yield batch
 
 
@@ -171,26 +186,14 @@ def plan(path: str | os.PathLike, pos: Position, *, min_bytes: int, block: int =
             offset = end
 
 
-def read_chunk(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int,
-               line_base: int = 0) -> tuple[Batch, int]:
-    """The lines of one planned chunk, numbered from ``line_base`` (workers do not know
-    it: 0), and how many there are. ``end`` is the offset after the last complete line
-    (no fingerprint: the committing process adds it)."""
-    with open(path, "rb") as fh:
+def chunk_lines(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int,
+                line_base: int = 0) -> Iterator[Line | Oversize]:
+    """The lines of one planned chunk, streamed, numbered from ``line_base`` (workers do
+    not know it: 0). A chunk ends at a newline, so every line in it is complete (a
+    file changed since it was planned is caught by the fingerprint at the next read)."""
+    with open(path, "rb", buffering=CHUNK) as fh:
         fh.seek(chunk.start)
-        data = fh.read(chunk.end - chunk.start)
-    items: list[Line | Oversize] = []
-    parts = data.split(b"\n")  # one C pass; the last part follows the last newline
-    complete = parts[:-1]
-    at = chunk.start
-    for line_no, part in enumerate(complete, line_base + 1):
-        if len(part) > max_line_bytes:
-            items.append(Oversize(at, line_no, len(part)))
-        else:
-            items.append(Line(at, line_no, part))
-        at += len(part) + 1
-    # (short of the chunk's end only if the file changed while it was planned)
-    return Batch(items=items, end=Position(at, line_base + len(complete))), len(complete)
+        yield from _lines(fh, chunk.start, line_base, max_line_bytes + 1, chunk.end)
 
 
 def reset_event(source: str, rel: str, batch: Batch, previous: dict, kind: str):

@@ -338,6 +338,10 @@ class Projector:
         for (source, run_dir), items in wanted.items():
             for item in items:
                 self._trial_state[(source, run_dir, item)] = None
+            stored = self.conn.execute("SELECT trials FROM runs WHERE source = ? AND run_dir = ?",
+                                       (source, run_dir)).fetchone()
+            if not stored or not stored[0]:
+                continue  # a run's first trials (a first ingest): nothing to look up
             for r in self.conn.execute(
                     "SELECT item_id, passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
                     " AND item_id IN (SELECT value FROM json_each(?))", (source, run_dir, canonical_json(items))):
