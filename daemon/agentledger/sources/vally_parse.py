@@ -9,13 +9,12 @@ commands that read vally sources, never by the close-task hook.
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..model import is_int64
+from ..model import INT64_MAX, INT64_MIN, is_int64
 
 _TRIAL_N = re.compile(r"::trial-(\d+)$")
 
@@ -24,19 +23,24 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+# Kept counters must fit SQLite's 64-bit integers, and JSON has no NaN/Infinity: a value
+# outside either makes the line bad input (quarantined), checked in pydantic's Rust core.
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
 class TokenUsage(_Model):
-    inputTokens: int | None = None
-    outputTokens: int | None = None
+    inputTokens: Int64 | None = None
+    outputTokens: Int64 | None = None
     totalTokens: int | None = None
-    cacheReadTokens: int | None = None
-    cacheWriteTokens: int | None = None
+    cacheReadTokens: Int64 | None = None
+    cacheWriteTokens: Int64 | None = None
     callCount: int | None = None
 
 
 class Metrics(_Model):
     tokenUsage: TokenUsage | None = None
-    toolCallCount: int | None = None
-    turnCount: int | None = None
+    toolCallCount: Int64 | None = None
+    turnCount: Int64 | None = None
     wallTimeMs: int | None = None
     errorCount: int | None = None
 
@@ -57,6 +61,7 @@ class Trajectory(_Model):
 
 
 class GradeResult(_Model):
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
     passed: bool | None = None
     score: float | None = None
 
@@ -77,9 +82,9 @@ class TrialResult(_Model):
     variant: str = ""
     stimulus: str = ""
     model: str = ""
-    trialIndex: int | None = None
+    trialIndex: Int64 | None = None
     status: str = ""
-    durationMs: int | None = None
+    durationMs: Int64 | None = None
     gradeResult: GradeResult | None = None
     trajectory: Trajectory | None = None
     experiment: Experiment | None = None
@@ -130,6 +135,8 @@ def _trial(r: AnyLine) -> dict[str, Any]:
     if index is None:
         m = _TRIAL_N.search(r.itemId or r.shardKey or "")
         index = int(m.group(1)) if m else 0
+        if not is_int64(index):
+            raise BadLine(f"record: trial index {index} (from the item id) is beyond a 64-bit integer")
     item = r.itemId or r.shardKey or "::".join(
         (r.evalFilePath, r.variant, r.model, r.stimulus, f"trial-{index}"))
     traj = r.trajectory
@@ -163,22 +170,7 @@ def _trial(r: AnyLine) -> dict[str, Any]:
         "tool_errors": tool_errors,
         "turns": metrics.turnCount,
     }
-    _check_storable(facts)
     return facts
-
-
-_INT_FACTS = ("trial_index", "duration_ms", "input_tokens", "output_tokens", "cache_read_tokens",
-              "cache_write_tokens", "tool_calls", "tool_errors", "turns")
-def _check_storable(facts: dict[str, Any]) -> None:
-    """JSON has no NaN/Infinity and SQLite integers are 64-bit: such a value makes
-    the line bad input (quarantined), not a failed transaction."""
-    score = facts["grade_score"]
-    if score is not None and not math.isfinite(score):
-        raise BadLine(f"record: gradeResult.score is {score}, which is not a JSON number")
-    for key in _INT_FACTS:
-        value = facts[key]
-        if value is not None and not is_int64(value):
-            raise BadLine(f"record: {key} is {value}, beyond a 64-bit integer")
 
 
 def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
