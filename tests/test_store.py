@@ -68,17 +68,23 @@ def test_bulk_commits_relax_durability_until_the_last_commit(tmp_path: Path) -> 
                           c.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
     conn = db.connect(tmp_path / "l.sqlite")
     assert settings(conn) == (2, 1000)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == db.PAGE_SIZE == 16384  # a new ledger's
     with db.bulk_commits(conn) as last_commit_follows:
-        assert settings(conn) == (1, 16384)
+        assert settings(conn) == (1, 4096)  # 64 MiB of WAL
         last_commit_follows()
         assert settings(conn) == (2, 1000)
     assert settings(conn) == (2, 1000)
     with pytest.raises(RuntimeError), db.bulk_commits(conn):
         raise RuntimeError("a chunk failed")
     assert settings(conn) == (2, 1000)
+    old = sqlite3.connect(tmp_path / "old.sqlite")  # a ledger made before 16 KiB pages keeps its own
+    old.execute("PRAGMA page_size = 4096")
+    old.execute("CREATE TABLE t (x)")
+    old.close()
+    assert db.connect(tmp_path / "old.sqlite").execute("PRAGMA page_size").fetchone()[0] == 4096
     relaxed = db.connect(tmp_path / "n.sqlite", synchronous="NORMAL")
     with db.bulk_commits(relaxed):
-        assert settings(relaxed) == (1, 16384)
+        assert settings(relaxed) == (1, 4096)
     assert settings(relaxed) == (1, 1000)
 
 
