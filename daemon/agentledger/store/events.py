@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -89,11 +90,14 @@ def _rebuild(*fields: Any) -> Event:
     return Event(*fields)
 
 
+_DIGEST = re.compile("[0-9a-f]{32}")
+
+
 def idempotency_digest(identity: str) -> str:
     """The stored key: 128 bits of sha256 of the event's identity string (which
     names source, file, content or position; see each source). Fixed-length keys
     keep the unique index small (~15% faster appends than the readable strings)."""
-    if len(identity) == 32 and all(c in "0123456789abcdef" for c in identity):
+    if len(identity) == 32 and _DIGEST.fullmatch(identity):
         return identity
     return hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
