@@ -227,28 +227,45 @@ def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reader", ["sequential", "parallel"])
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, monkeypatch, reader: str) -> None:
+    """Exactly once across SIGKILLs, for the sequential reader and for the parallel
+    catch-up (64 KiB chunks committed under NORMAL, the last under FULL)."""
     root = tmp_path / "out"
     f = root / "run" / "results.jsonl"
     f.parent.mkdir(parents=True)
     db = tmp_path / "killed.sqlite"
     cmd = [sys.executable, "-m", "agentledger", "ingest", "--once", "--vally", str(root), "--db", str(db), "-q"]
+    per_round, pause = 1500, (0.2, 0.9)
+    if reader == "parallel":
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_TAIL_BYTES", "1")
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_TAIL_BLOCK", str(64 << 10))
+        per_round, pause = 3000, (0.35, 1.0)  # workers take a moment to start
     rng = random.Random(42)
-    kills = written = 0
+    kills = written = midway = 0
+    last_offset = None
     for _attempt in range(100):
         with f.open("ab") as fh:  # fresh work every time, so each run has something to be killed in
-            for i in range(written, written + 1500):
+            for i in range(written, written + per_round):
                 fh.write(synth.vally_trial_line(i, pad=200))
-        written += 1500
+        written += per_round
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 0.9))
+        time.sleep(rng.uniform(*pause))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
+            proc.wait()
+            if db.exists():  # killed between two chunks of one catch-up: some committed, some not
+                with sqlite3.connect(db) as c:
+                    row = c.execute("SELECT byte_offset FROM source_checkpoints").fetchone()
+                midway += row is not None and 0 < row[0] < f.stat().st_size and row[0] != last_offset
+                last_offset = row[0] if row else None
         proc.wait()
         if kills >= 20:
             break
     assert kills >= 20
+    if reader == "parallel":
+        assert midway >= 3, midway
     assert cli_subprocess("ingest", "--once", "--vally", str(root), "--db", str(db), "-q").returncode == 0
     clean = tmp_path / "clean.sqlite"
     assert cli_subprocess("ingest", "--once", "--vally", str(root), "--db", str(clean), "-q").returncode == 0

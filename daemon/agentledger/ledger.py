@@ -485,7 +485,7 @@ class Ledger:
 
         if parallel.executor() is None:
             return None
-        chunks = jsonl.plan(path, pos, min_bytes=parallel_tail_min_bytes())
+        chunks = jsonl.plan(path, pos, min_bytes=parallel_tail_min_bytes(), block=parallel_tail_block())
         first = next(chunks, None)
         if first is None:
             return None
@@ -997,6 +997,12 @@ def parallel_tail_min_bytes() -> int:
     """Backlog from which a tailed file is parsed by the worker processes (64 MiB;
     ``AGENTLEDGER_PARALLEL_TAIL_BYTES`` overrides it, e.g. for tests)."""
     return int(os.environ.get("AGENTLEDGER_PARALLEL_TAIL_BYTES") or 64 << 20)
+
+
+def parallel_tail_block() -> int:
+    """Bytes per chunk (and per transaction) of a parallel catch-up: 16 MiB
+    (``AGENTLEDGER_PARALLEL_TAIL_BLOCK`` overrides it, e.g. for tests)."""
+    return int(os.environ.get("AGENTLEDGER_PARALLEL_TAIL_BLOCK") or 16 << 20)
 
 
 def _tail_chunk_job(job: tuple):
