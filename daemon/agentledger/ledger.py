@@ -43,7 +43,7 @@ from .sources import iterlog as S
 from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from .store import db as store
 from .store.events import Event, append, append_many, canonical_json, content_hash, upcast
-from .store.projections import Projector, Touched, render_score_payload, session_document
+from .store.projections import PreparedTrials, Projector, Touched, render_score_payload, session_document
 
 log = logging.getLogger("agentledger")
 BATCH = 1000
@@ -516,15 +516,20 @@ class Ledger:
             commit(held)
         return moved
 
-    def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event], report: Report,
+    def _commit_jsonl(self, source: str, rel: str, batch, events: list[Event] | PreparedTrials, report: Report,
                       mode: str = "jsonl") -> None:
-        """The events of one batch and the position after it: one transaction (exactly once)."""
+        """The events of one batch (or a worker's prepared form of them) and the position
+        after it: one transaction (exactly once)."""
         if not events and batch.end.offset == 0 and batch.reset is None:
             return
         with store.write_transaction(self.conn):
             projector = Projector(self.conn)
-            projector.prefetch_trials(events)
-            last = self._record(events, projector, report, rel)
+            if isinstance(events, PreparedTrials):
+                n, last = events.record(self.conn, projector)
+                report.events += n
+            else:
+                projector.prefetch_trials(events)
+                last = self._record(events, projector, report, rel)
             projector.flush()
             dev, ino, size, mtime = batch.stat or (None, None, None, None)
             self.conn.execute(
@@ -1006,8 +1011,9 @@ def parallel_tail_block() -> int:
 
 
 def _tail_chunk_job(job: tuple):
-    """One planned chunk of a tailed file → (chunk, its line count, its events), or events
-    None when any would carry a line number (quarantine), which only the caller knows."""
+    """One planned chunk of a tailed file → (chunk, its line count, its events: prepared for
+    the writer when they are all plain trials), or events None when any would carry a
+    line number (quarantine), which only the caller knows."""
     from .sources import jsonl
 
     events_for, source, rel, path, chunk, max_line_bytes = job
@@ -1021,9 +1027,9 @@ def _tail_chunk_job(job: tuple):
 
     with _no_cyclic_gc():
         events = events_for(source, rel, jsonl.Batch(items=counted()), None)
-    if any(ev.type == "source.quarantined" for ev in events):
-        return chunk, n_lines, None
-    return chunk, n_lines, events
+        if any(ev.type == "source.quarantined" for ev in events):
+            return chunk, n_lines, None
+        return chunk, n_lines, PreparedTrials.of(events) or events
 
 
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
