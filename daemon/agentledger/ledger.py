@@ -1074,12 +1074,9 @@ class _PrefixSums:
     def __init__(self, rows) -> None:
         from array import array
 
-        self.ts = array("q")
-        self.sums = [array("q", [0]) for _ in range(7)]
-        for ts, *counts in rows:
-            self.ts.append(ts)
-            for s, c in zip(self.sums, counts):
-                s.append(s[-1] + c)
+        columns = list(zip(*rows)) or [()] * 8  # one pass in C per column, not seven appends a row
+        self.ts = array("q", columns[0])
+        self.sums = [array("q", itertools.accumulate(c, initial=0)) for c in columns[1:]]
 
     def total(self, start: int | None, end: int) -> tuple[int, ...]:
         import bisect
