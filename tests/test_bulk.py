@@ -44,6 +44,27 @@ def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatc
         assert (log / p.name).read_bytes() == p.read_bytes(), p.name
 
 
+def _pid(_: object) -> int:
+    return os.getpid()
+
+
+def test_a_running_pool_takes_medium_batches(monkeypatch) -> None:
+    """Workers are started only for bulk work (the close-task hook never pays for them),
+    but once running (a daemon after its first scan) a batch of 64 or more uses them."""
+    if parallel.workers() < 2:
+        pytest.skip("one core: no worker processes")
+    monkeypatch.setattr(parallel, "_disabled", False)
+    parallel.shutdown()
+    me = os.getpid()
+    try:
+        assert set(parallel.pmap(_pid, list(range(100)))) == {me}  # no pool yet: in-process
+        assert me not in set(parallel.pmap(_pid, list(range(parallel.THRESHOLD))))  # bulk starts it
+        assert me not in set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD))))
+        assert set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD - 1)))) == {me}
+    finally:
+        parallel.shutdown()
+
+
 def test_pool_failure_falls_back_in_process(monkeypatch) -> None:
     from concurrent.futures.process import BrokenProcessPool
 
@@ -55,6 +76,7 @@ def test_pool_failure_falls_back_in_process(monkeypatch) -> None:
             pass
 
     monkeypatch.setattr(parallel, "THRESHOLD", 1)
+    monkeypatch.setattr(parallel, "WARM_THRESHOLD", 1)
     monkeypatch.setattr(parallel, "_pool", Broken())
     monkeypatch.setattr(parallel, "_disabled", False)
     assert list(parallel.pmap(abs, [-1, -2, 3])) == [1, 2, 3]

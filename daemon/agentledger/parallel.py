@@ -18,6 +18,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 THRESHOLD = 2000
+WARM_THRESHOLD = 64  # when the pool is already up (a daemon after its first scan): ~10 % off
+                     # a transcript line that rescores 180 iterations
 _pool = None
 _disabled = False
 
@@ -88,7 +90,9 @@ def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) 
     done in this process instead, and the pool is not tried again."""
     global _pool, _disabled
     n = workers()
-    if _disabled or n < 2 or len(items) < (THRESHOLD if threshold is None else threshold):
+    if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
+        threshold = THRESHOLD if _pool is None else WARM_THRESHOLD
+    if _disabled or n < 2 or len(items) < threshold:
         return map(fn, items)
     from concurrent.futures.process import BrokenProcessPool
 
