@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import sidecars
