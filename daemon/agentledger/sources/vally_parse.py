@@ -61,7 +61,7 @@ class Trajectory(_Model):
 
 
 class GradeResult(_Model):
-    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)  # merged with _Model's
     passed: bool | None = None
     score: float | None = None
 

@@ -112,8 +112,6 @@ def default_store_path() -> Path:
     return Path(state) / "agentledger" / "ledger.sqlite"
 
 
-
-
 @contextmanager
 def bulk_commits(conn: sqlite3.Connection, *, wal_bytes: int = 64 << 20) -> Iterator[Callable[[], None]]:
     """Commit a run of transactions (a bulk catch-up) cheaply; make them durable together.

@@ -102,28 +102,6 @@ def idempotency_digest(identity: str) -> str:
     return hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def append(conn: sqlite3.Connection, event: Event) -> bool:
-    """Insert unless the idempotency key exists; True when the event is new.
-
-    Must run inside ``write_transaction``: the caller applies projections and
-    moves checkpoints in the same transaction."""
-    assert conn.in_transaction, "append() outside a write transaction"
-    event.idempotency_key = idempotency_digest(event.idempotency_key)
-    event.recorded_at = event.recorded_at or now_iso()
-    cur = conn.execute(
-        "INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash,"
-        " occurred_at, recorded_at, source, source_path, source_position, payload)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (idempotency_key) DO NOTHING",
-        (event.stream, event.type, event.schema_version, event.idempotency_key,
-         event.content_hash, event.occurred_at, event.recorded_at, event.source,
-         event.source_path, event.source_position, event.extra.get("json") or canonical_json(event.payload)),
-    )
-    if cur.rowcount != 1:
-        return False
-    event.seq = cur.lastrowid
-    return True
-
-
 _INSERT = ("INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash,"
            " occurred_at, recorded_at, source, source_path, source_position, payload)"
            " VALUES (?,?,?,?,?,?,?,?,?,?,?)")
@@ -136,6 +114,22 @@ def row(ev: Event) -> tuple:
     return (ev.stream, ev.type, ev.schema_version, idempotency_digest(ev.idempotency_key), ev.content_hash,
             ev.occurred_at, ev.recorded_at, ev.source, ev.source_path, ev.source_position,
             ev.extra.get("json") or canonical_json(ev.payload))
+
+
+def append(conn: sqlite3.Connection, event: Event) -> bool:
+    """Insert unless the idempotency key exists; True when the event is new.
+
+    Must run inside ``write_transaction``: the caller applies projections and
+    moves checkpoints in the same transaction."""
+    assert conn.in_transaction, "append() outside a write transaction"
+    event.recorded_at = event.recorded_at or now_iso()
+    r = row(event)
+    event.idempotency_key = r[3]
+    cur = conn.execute(_INSERT + " ON CONFLICT (idempotency_key) DO NOTHING", r)
+    if cur.rowcount != 1:
+        return False
+    event.seq = cur.lastrowid
+    return True
 
 
 def append_rows(conn: sqlite3.Connection, rows: list[tuple]) -> list[tuple[int, int]]:
@@ -170,13 +164,13 @@ def append_many(conn: sqlite3.Connection, events: list[Event]) -> list[Event]:
     if len(events) < 2:
         return [ev for ev in events if append(conn, ev)]
     now = now_iso()
-    rows = []
+    batch = []
     for ev in events:
-        ev.idempotency_key = idempotency_digest(ev.idempotency_key)
         ev.recorded_at = ev.recorded_at or now
-        rows.append(row(ev))
+        batch.append(row(ev))
+        ev.idempotency_key = batch[-1][3]
     new = []
-    for i, seq in append_rows(conn, rows):
+    for i, seq in append_rows(conn, batch):
         events[i].seq = seq
         new.append(events[i])
     return new
