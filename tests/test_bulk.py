@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from agentledger import parallel, synth
 from agentledger.config import Config, StoreConfig, make_source
 from agentledger.ledger import Ledger
-from agentledger.sidecars import BreakdownRow, render_iteration, render_iteration_generic
+from agentledger.sidecars import (BreakdownRow, SessionEntry, render_iteration, render_iteration_generic,
+                                  render_session, render_session_generic)
 
 from .conftest import REAL_LOG, REFERENCE, need_fixtures
 
@@ -94,6 +95,15 @@ def test_unrolled_renderer_equals_generic_emitter(rows, scored, value, marker) -
     breakdown = [BreakdownRow(*r) for r in rows]
     assert render_iteration(7, "2.1.0", scored, value, "good", breakdown, marker) == \
         render_iteration_generic(7, "2.1.0", scored, value, "good", breakdown, marker)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.booleans(), floats, texts), max_size=6),
+       st.booleans(), floats, texts)
+def test_unrolled_session_renderer_equals_generic_emitter(session_id, entries, scored, value, band) -> None:
+    rows = [SessionEntry(*e) for e in entries]
+    assert render_session(session_id, "2.1.0", rows, scored, value, band) == \
+        render_session_generic(session_id, "2.1.0", rows, scored, value, band)
 
 
 def test_negative_zero_rows_are_not_confused_with_zero() -> None:

@@ -107,3 +107,39 @@ def test_a_change_notification_looks_only_at_what_it_changed(tmp_path: Path) -> 
     led.rescore(src)
     assert (gen.log / "iter-31.score.yaml").is_file()
     led.close()
+
+
+def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None:
+    """The daemon's ledger hands large passes' sidecars to a writer thread: a
+    small pass right after (written directly) must not be overtaken by the
+    queued writes of the same files, and every landed write is reported."""
+    from agentledger.config import Config, IterationLogSource, StoreConfig
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 60, seed=3)
+    src = IterationLogSource(gen.log, gen.repo)
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,))
+    led = Ledger(cfg, background_writes=True)
+    led.scan_all()
+    led.collect_writes()
+    src = cfg.iteration_logs[0]
+
+    original = {n: (gen.log / f"iter-{n}.yaml").read_text() for n in range(10, 40)}
+    for n in original:
+        (gen.log / f"iter-{n}.yaml").write_text(original[n].replace("retries:", "retries: 4\n  old_retries:", 1))
+    led.ingest(src)
+    big = led.rescore(src)
+    assert big.scored >= 30 and big.sidecars_written == 0  # queued, not yet counted
+    (tmp_path / "scratch").mkdir()
+    for k in range(1500):  # a backlog the small pass has to wait for
+        led._writer.submit(tmp_path / "scratch" / f"{k}.yaml", b"x\n", False)
+    (gen.log / "iter-20.yaml").write_text(original[20])
+    led.ingest(src)
+    small = led.rescore(src)
+    assert small.scored >= 1 and small.sidecars_written >= 1  # written before returning...
+    assert led.collect_writes().sidecars_written == big.scored + 1500  # ...after everything queued before
+    led.close()
+    fresh = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    check = fresh.sync_sidecars(src)  # the files on disk are exactly the ledger's
+    assert (check.sidecars_written, check.sessions_written, check.errors) == (0, 0, [])
+    fresh.close()

@@ -140,19 +140,24 @@ def test_vally_trajectories_as_opt_in_transcripts(tmp_path: Path, make_repo) -> 
     assert r["trials"] == 1  # read twice (plain, then with turns), counted once
 
 
-def test_in_process_appends_keep_window_totals_fresh(scenario) -> None:
-    """One long-lived ledger (as the daemon): each append must reach the window sums."""
+def _long_lived(run):
+    """A ledger that stays open across changes (as the daemon's), after its first scan."""
     from agentledger import config as C
     from agentledger.ledger import Ledger
 
-    log, run, tmp = scenario
     args = run("backfill_claude", cmd=())
     cfg = C.with_overrides(C.load(None, env={}), db=args[args.index("--db") + 1],
                            iteration_log=args[args.index("--iteration-log") + 1],
                            repo=args[args.index("--repo") + 1], transcripts=[args[args.index("--transcripts") + 1]])
     led = Ledger(cfg)
     led.scan_all()
-    src = cfg.iteration_logs[0]
+    return led, cfg.iteration_logs[0], args
+
+
+def test_in_process_appends_keep_window_totals_fresh(scenario) -> None:
+    """One long-lived ledger (as the daemon): each append must reach the window sums."""
+    log, run, tmp = scenario
+    led, src, _ = _long_lived(run)
     for k in range(3):
         with (tmp / "backfill_claude" / "session.jsonl").open("a") as fh:
             fh.write('{"type":"user","timestamp":"2026-05-17T04:4%d:00Z","message":{"content":'
@@ -161,3 +166,81 @@ def test_in_process_appends_keep_window_totals_fresh(scenario) -> None:
         led.rescore(src)
         assert f"{round(100 * (2 + k) / (4 + k))}% tool-error rate" in (log / "iter-2.score.yaml").read_text()
     led.close()
+
+
+def test_window_totals_see_lines_another_process_ingested(scenario) -> None:
+    """The close-task hook (``agentledger score N``) tails transcripts in its own
+    process while the daemon runs: the daemon's window sums must not go stale."""
+    log, run, tmp = scenario
+    daemon, src, args = _long_lived(run)
+    assert "33% tool-error rate" in (log / "iter-2.score.yaml").read_text()
+    with (tmp / "backfill_claude" / "session.jsonl").open("a") as fh:
+        fh.write('{"type":"user","timestamp":"2026-05-17T04:40:00Z","message":{"content":'
+                 '[{"type":"tool_result","is_error":true}]}}\n')
+    code, out, err = run_cli("score", "1", "--json", *args)  # the hook: ingests the line, scores 1
+    assert code == 0, err
+    # the daemon wakes on the same append: nothing new to read, but the line is queued for scoring
+    daemon.ingest_transcripts(tmp / "backfill_claude")
+    daemon.rescore(src)
+    assert "50% tool-error rate" in (log / "iter-2.score.yaml").read_text()
+    daemon.close()
+
+
+def test_window_sums_follow_appends_deletes_and_replacements(tmp_path: Path) -> None:
+    """FactSums against SQL's SUM over the same windows after every kind of change
+    the table sees: appends (the delta), a transcript read again from the start
+    (its facts deleted, then re-inserted), a fact replaced in place, a new
+    directory's facts, and enough appends to fold the delta into the base."""
+    import random
+
+    from agentledger.store import db
+    from agentledger.windows import FactSums
+
+    conn = db.connect(tmp_path / "l.sqlite")
+    rng = random.Random(7)
+    seq = offset = 0
+    sums = FactSums(("a", "b"))
+    sums.DELTA_MAX = 40
+    cols = "turns, input_tokens, output_tokens, cache_read, cache_creation, tool_results, tool_errors"
+
+    def add(source: str, file: str, n: int) -> None:
+        nonlocal seq, offset
+        seq += 1
+        for _ in range(n):
+            offset += 1
+            conn.execute(f"INSERT OR REPLACE INTO transcript_facts (source, file, byte_offset, ts_ns, kind, {cols}, seq)"
+                         " VALUES (?,?,?,?,'claude',?,?,?,?,?,?,?,?)",
+                         (source, file, offset, rng.randrange(1000), *(rng.randrange(5) for _ in range(7)), seq))
+
+    def check() -> None:
+        sums.refresh(conn)
+        for _ in range(30):
+            lo = rng.choice([None, rng.randrange(1000)])
+            hi = rng.randrange(1000)
+            want = conn.execute(
+                f"SELECT {', '.join(f'coalesce(sum({c}), 0)' for c in cols.split(', '))} FROM transcript_facts"
+                " WHERE source IN ('a', 'b') AND (? IS NULL OR ts_ns > ?) AND ts_ns <= ?", (lo, lo, hi)).fetchone()
+            assert sums.total(lo, hi) == (tuple(want) if lo is None or hi > lo else (0,) * 7)
+
+    add("a", "x", 200)
+    check()
+    for _ in range(5):  # appends: kept in the delta
+        add("a", "x", 3)
+        check()
+    assert sums.fresh
+    conn.execute("DELETE FROM transcript_facts WHERE source = 'a' AND file = 'x'")  # read again from the start
+    add("a", "x", 50)
+    check()
+    row = conn.execute("SELECT byte_offset FROM transcript_facts LIMIT 1").fetchone()
+    seq += 1
+    conn.execute("UPDATE transcript_facts SET tool_errors = tool_errors + 9, seq = ? WHERE byte_offset = ?",
+                 (seq, row[0]))  # what INSERT OR REPLACE of one key leaves: same count, a higher seq
+    check()
+    add("b", "y", 10)
+    add("c", "z", 10)  # another source's facts are not this one's
+    check()
+    for _ in range(20):  # past DELTA_MAX: folded into the base
+        add("b", "y", 5)
+        check()
+    assert len(sums.fresh) <= sums.DELTA_MAX
+    conn.close()

@@ -44,6 +44,7 @@ from .sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, re
 from .store import db as store
 from .store.events import Event, append, append_many, canonical_json, content_hash, upcast
 from .store.projections import PreparedTrials, Projector, Touched, render_score_payload, session_document
+from .windows import FactSums, window_successors, windows_meeting
 
 log = logging.getLogger("agentledger")
 BATCH = 1000
@@ -80,7 +81,12 @@ def _chunks(items: list, size: int = BATCH) -> Iterable[list]:
 
 
 class Ledger:
-    def __init__(self, cfg: Config, conn: sqlite3.Connection | None = None):
+    def __init__(self, cfg: Config, conn: sqlite3.Connection | None = None, *, background_writes: bool = False):
+        """``background_writes`` (the daemon): a scoring pass of more than
+        ``AUTO_FSYNC_MAX`` sidecars hands them to a writer thread and returns
+        after its commit, so the next change is read while they land; their
+        counts and errors come with ``collect_writes``. Otherwise a pass
+        returns with its sidecars written."""
         self.cfg = cfg
         self.rubric = rubrics.load(cfg.scoring.rubric)
         self.conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
@@ -88,12 +94,13 @@ class Ledger:
         self._repos: dict[str, GitRepo] = {}
         self.touched = Touched()  # what ingestion changed (since the last change notification)
         self._ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
-        self._sums: dict[tuple[str, ...], tuple[dict[str, int], _PrefixSums]] = {}  # transcript windows
-        self._fact_versions: dict[str, int] = {}  # transcript directory -> changes seen
-        # session sidecars rendered by the last scoring pass's projector, written by sync_sidecars
-        self._session_bytes: dict[tuple[str, str, str], bytes] = {}
+        self._sums: dict[tuple[str, ...], FactSums] = {}  # transcript directories -> window sums
+        self._writer = sidecars.BackgroundWriter() if background_writes else None
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._log_writes(*self._writer.take())
         for repo in self._repos.values():
             repo.close()
         shutdown_workers()
@@ -154,7 +161,7 @@ class Ledger:
                 for obs in chunk:
                     self._commit_one(src, obs, projector, report)
                 projector.flush()
-            self._merge_touched(projector.queued)
+            self.touched.merge(projector.queued)
 
     def _record(self, events: list[Event], projector: Projector, report: Report, where: object) -> int | None:
         """Append ``events`` (inside the caller's transaction), project the new ones,
@@ -541,7 +548,7 @@ class Ledger:
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
                 (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
                  batch.end.fingerprint, last))
-        self._merge_touched(projector.queued)
+        self.touched.merge(projector.queued)
         report.files_read += 1
 
     # ------------------------------------------------------------------ scoring
@@ -621,6 +628,7 @@ class Ledger:
 
         trunk = repo.trunk_log()
         windows = self._windows(src, repo, records, resolutions, partial_log=iterations is not None)
+        sums = self._fact_sums(src)
         partial = []
         for it, rec in records.items():
             res = resolutions[rec.commit]
@@ -636,7 +644,8 @@ class Ledger:
                 landed=landed, write_scope=scope,
                 changed_files=changed.get(landed.resolved) if scope is not None else None,
                 commit_time=res.commit_time,
-                transcript=self._transcript_totals(src, windows[it]) if it in windows else None,
+                transcript=(TranscriptTotals(*sums.total(*windows[it])) if sums else TranscriptTotals())
+                if it in windows else None,
             ), texts[it]))
         return out
 
@@ -689,9 +698,9 @@ class Ledger:
             if out or spans:
                 ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
                                                       and r[1] == src.id})
-                out |= _window_successors(ends, out)
+                out |= window_successors(ends, out)
                 if spans:
-                    out |= _windows_meeting(ends, spans)
+                    out |= windows_meeting(ends, spans)
         self._pending_tip = (src.id, tip)
         return sorted(out)
 
@@ -760,18 +769,31 @@ class Ledger:
         records get none and do not move the chain. For a subset of iterations
         (``score N``) the chain starts at the nearest lower iteration that resolves."""
         ends = {it: _ns(resolutions[rec.commit].commit_time) for it, rec in records.items()}
-        first = min(records)
-        prev = self._previous_end(src, repo, first) if partial_log else None
+        order = sorted(records)
+        starts = self._previous_ends(src, repo, [it for k, it in enumerate(order) if k == 0 or it - 1 not in records]) \
+            if partial_log else {}
         out: dict[int, tuple[int | None, int]] = {}
-        for it in sorted(records):
+        prev = None
+        for it in order:
+            if it in starts:
+                prev = starts[it]
             end = ends[it]
             if end is None:
                 continue
-            if partial_log and it != first and (it - 1) not in records:
-                prev = self._previous_end(src, repo, it)
             out[it] = (prev, end)
             prev = end
         return out
+
+    def _previous_ends(self, src: IterationLogSource, repo: GitRepo, iterations: list[int]) -> dict[int, int | None]:
+        """Where each iteration's window starts when its predecessors are not being
+        scored with it. Usually the iteration just below resolves: one query for all."""
+        rows = self.conn.execute(
+            "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps([it - 1 for it in iterations]))).fetchall()
+        res = repo.resolve([r[1] for r in rows])
+        below = {it: _ns(res[c].commit_time) for it, c in rows}
+        return {it: below[it - 1] if below.get(it - 1) is not None else self._previous_end(src, repo, it)
+                for it in iterations}
 
     def _previous_end(self, src: IterationLogSource, repo: GitRepo, iteration: int) -> int | None:
         """Commit time of the nearest iteration below ``iteration`` whose commit resolves."""
@@ -789,26 +811,16 @@ class Ledger:
                     return t
             below = rows[-1][0]
 
-    def _merge_touched(self, touched: Touched) -> None:
-        self.touched.merge(touched)
-        for d in touched.transcript_times:
-            self._fact_versions[d] = self._fact_versions.get(d, 0) + 1
-
-    def _transcript_totals(self, src: IterationLogSource, window: tuple[int | None, int]) -> TranscriptTotals:
-        """Sums over (start, end] from prefix sums of the source's transcript facts:
-        two binary searches per window (a window can span most of the history)."""
+    def _fact_sums(self, src: IterationLogSource) -> FactSums | None:
+        """The source's transcript window sums, brought up to date (None: no transcripts)."""
         dirs = tuple(str(d) for d in (*src.transcripts, *src.vally_transcripts))
         if not dirs:
-            return TranscriptTotals()
-        versions = {d: self._fact_versions.get(d, 0) for d in dirs}
-        cached = self._sums.get(dirs)
-        if cached is None or cached[0] != versions:
-            rows = self.conn.execute(
-                "SELECT ts_ns, turns, input_tokens, output_tokens, cache_read, cache_creation, tool_results,"
-                " tool_errors FROM transcript_facts WHERE source IN (SELECT value FROM json_each(?))"
-                " ORDER BY ts_ns", (json.dumps(list(dirs)),))
-            cached = self._sums[dirs] = (versions, _PrefixSums(rows))
-        return TranscriptTotals(*cached[1].total(*window))
+            return None
+        sums = self._sums.get(dirs)
+        if sums is None:
+            sums = self._sums[dirs] = FactSums(dirs)
+        sums.refresh(self.conn)
+        return sums
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None) -> Report:
@@ -838,7 +850,19 @@ class Ledger:
             todo.append(ev)
         done = 0
         fsync = self._fsync(len(todo))
-        writer = sidecars.BackgroundWriter() if len(todo) > AUTO_FSYNC_MAX else None
+        writer = None
+        if len(todo) > AUTO_FSYNC_MAX:
+            writer = self._writer or sidecars.BackgroundWriter()
+        elif self._writer is not None:
+            self._writer.wait()  # a direct write must not be overtaken by an older queued one
+        sessions: set[str] = set()  # written here, from the bytes the projector rendered
+
+        def write(path: Path, data: bytes, kind: str) -> None:
+            if writer is not None:
+                writer.submit(path, data, fsync, kind)
+            elif self._write(path, data, report, fsync):
+                setattr(report, kind, getattr(report, kind) + 1)
+
         try:
             for chunk in _chunks(todo):
                 with store.write_transaction(self.conn):
@@ -848,25 +872,34 @@ class Ledger:
                         report.events += 1
                         report.scored += 1
                     projector.flush()
-                    self._session_bytes.update(projector.session_bytes)
                 for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
-                    path = src.path / ev.payload["sidecar"]
-                    if writer is not None:
-                        writer.submit(path, ev.extra["sidecar_bytes"], fsync)
-                    else:
-                        report.sidecars_written += self._write(path, ev.extra["sidecar_bytes"], report, fsync)
+                    write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written")
+                for (_, session_id, v), data in sorted(projector.session_bytes.items()):
+                    if v != version:
+                        continue
+                    write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written")
+                    sessions.add(session_id)
                 done += len(chunk)
                 if progress:
                     progress(done, len(todo))
         finally:
-            if writer is not None:
+            if writer is not None and writer is not self._writer:
                 writer.close()
-                report.sidecars_written += writer.written
-                for err in writer.errors:
-                    log.error(err)
-                report.errors += writer.errors
-        report.add(self.sync_sidecars(src, iterations, iterations_too=False))
+                report.add(self._log_writes(*writer.take()))
+        # sessions of the iterations whose score stood: still brought in line with the ledger
+        report.add(self.sync_sidecars(src, iterations, iterations_too=False, skip_sessions=sessions))
         return report
+
+    def collect_writes(self) -> Report:
+        """Sidecar writes (and their errors) the writer thread finished since the last call."""
+        return self._log_writes(*self._writer.take()) if self._writer is not None else Report()
+
+    @staticmethod
+    def _log_writes(written: dict[str, int], errors: list[str]) -> Report:
+        for err in errors:
+            log.error(err)
+        return Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"],
+                      errors=errors)
 
     def _fsync(self, count: int) -> bool:
         """Whether sidecar writes are fsynced: see ``[sidecars] fsync`` in config.example.toml."""
@@ -875,12 +908,15 @@ class Ledger:
 
     # ------------------------------------------------------------------ sidecars
     def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-                      sessions: bool = True, iterations_too: bool = True) -> Report:
+                      sessions: bool = True, iterations_too: bool = True,
+                      skip_sessions: set[str] = frozenset()) -> Report:  # type: ignore[assignment]
         """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
         report = Report()
         if not src.path.is_dir():
             report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
             return report
+        if iterations is None and self._writer is not None:
+            self._writer.wait()  # compare the disk with the ledger once queued writes have landed
         version = self.rubric.version
         filt, args = "", [src.id, version]
         if iterations is not None:
@@ -905,16 +941,13 @@ class Ledger:
                 sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
                         % ",".join("?" * len(iterations)))
                 sargs += [src.id, *iterations]
-            stale = [r for r in self.conn.execute(sql, sargs).fetchall()
-                     if _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+            stale = [r for r in self.conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
+                     and _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
             fsync = self._fsync(len(stale))
             for r in stale:
-                data = self._session_bytes.get((src.id, r["session_id"], version))
-                if data is None or sidecars.sha256(data) != r["sidecar_sha256"]:
-                    data = session_document(self.conn, src.id, r["session_id"], version)
+                data = session_document(self.conn, src.id, r["session_id"], version)
                 if data is not None:
                     report.sessions_written += self._write(src.path / r["sidecar"], data, report, fsync)
-        self._session_bytes.clear()
         return report
 
     def _write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
@@ -1065,56 +1098,6 @@ def score_payload(s: Score, digest: str, marker: bool) -> dict:
         "linked_traces": s.linked_traces, "marker": marker,
         "sidecar": sidecars.iteration_sidecar_name(s.iteration),
     }
-
-
-class _PrefixSums:
-    """Fact times in order and running totals of the seven counts (integer sums,
-    so any window's totals equal SQL's SUM over it)."""
-
-    def __init__(self, rows) -> None:
-        from array import array
-
-        columns = list(zip(*rows)) or [()] * 8  # one pass in C per column, not seven appends a row
-        self.ts = array("q", columns[0])
-        self.sums = [array("q", itertools.accumulate(c, initial=0)) for c in columns[1:]]
-
-    def total(self, start: int | None, end: int) -> tuple[int, ...]:
-        import bisect
-
-        i = bisect.bisect_right(self.ts, start) if start is not None else 0
-        j = bisect.bisect_right(self.ts, end)
-        return tuple(s[j] - s[i] for s in self.sums) if j > i else (0,) * 7
-
-
-def _window_successors(ends: list[tuple[int, int | None]], changed: set[int]) -> set[int]:
-    """For each changed iteration, the next one (in order) whose commit resolves:
-    its window starts where the changed one's ends."""
-    out = set()
-    pending = False
-    for it, end in ends:
-        if pending and end is not None:
-            out.add(it)
-            pending = False
-        if it in changed:
-            pending = True
-    return out
-
-
-def _windows_meeting(ends: list[tuple[int, int | None]], spans: list[tuple[int, int]]) -> set[int]:
-    """Iterations whose window (previous resolved end, own end] meets one of the
-    [lo, hi] spans of new transcript facts (a superset of the exact windows hit;
-    rescoring is gated by the inputs hash)."""
-    out = set()
-    prev = None
-    for it, end in ends:
-        if end is None:
-            continue
-        if any(lo <= end and (prev is None or hi > prev) for lo, hi in spans):
-            out.add(it)
-        prev = end
-    return out
-
-
 
 
 def _ns(iso: str | None) -> int | None:

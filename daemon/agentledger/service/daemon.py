@@ -96,7 +96,7 @@ class Daemon:
         while not self.stop.is_set():
             led = None
             try:
-                led = Ledger(self.cfg)
+                led = Ledger(self.cfg, background_writes=True)
                 led.register_sources()
                 if delay > 0.5:
                     log.info("recovered", step="open store")
@@ -169,6 +169,8 @@ class Daemon:
         a failed transaction moved no checkpoint, so the reconcile reads it again."""
         try:
             report = fn()
+            if report is not None and self.ledger is not None:
+                report.add(self.ledger.collect_writes())  # sidecars that landed since the last step
             if report is not None:
                 self._log_report(what, report)
             if self.failures:
@@ -209,7 +211,7 @@ class Daemon:
         cfg = self.load_config()
         log.info("configuration reloaded", rubric=cfg.scoring.rubric, sources=len(cfg.iteration_logs))
         assert self.ledger is not None
-        new = Ledger(cfg)  # opened before the old one closes: a failure leaves the old one working
+        new = Ledger(cfg, background_writes=True)  # opened before the old one closes: a failure leaves the old one working
         try:
             new.register_sources()
         except BaseException:

@@ -185,10 +185,16 @@ class Projector:
         return {r[0] for r in self.conn.execute(
             "SELECT iteration FROM record_files WHERE source = ? AND file = ?", (source, file))}
 
-    def _mark_sessions_of(self, source: str, iteration: int) -> None:
+    def _mark_sessions_of(self, source: str, iteration: int, version: str | None = None) -> None:
+        """Mark the iteration's session for recompute: under ``version`` (a new score
+        changes only its own rubric's summary), or under every rubric it has a score
+        in (its record changed, and with it maybe its session)."""
         row = self.conn.execute("SELECT session_id FROM iterations WHERE source = ? AND iteration = ?",
                                 (source, iteration)).fetchone()
         if row is None or not row[0]:
+            return
+        if version is not None:
+            self.dirty_sessions.add((source, row[0], version))
             return
         for (version,) in self.conn.execute(
                 "SELECT DISTINCT rubric_version FROM scores WHERE source = ? AND iteration = ?",
@@ -325,7 +331,7 @@ class Projector:
             (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), _real(value), p["band"],
              p["inputs_hash"], p["sidecar"], sha, ev.seq),
         )
-        self._mark_sessions_of(ev.source, p["iteration"])
+        self._mark_sessions_of(ev.source, p["iteration"], p["rubric_version"])
 
     # -- vally ------------------------------------------------------------------------
     def _ensure_run(self, source: str, run_dir: str, run_id: str, kind: str, experiment: str,
