@@ -270,8 +270,8 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
             pass
         finally:
             os.close(fd)
-        for n in range(2, 40):  # records big enough to need new pages
-            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 3000}\"\n")
+        for n in range(2, 40):  # records big enough to outgrow the WAL's pages (kept short by checkpoints)
+            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 40000}\"\n")
         assert wait_until(lambda: "step failed; will retry" in (tmp_path / "daemon.log").read_text(), timeout=20)
         assert proc.poll() is None
         ballast.unlink()  # space comes back

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -204,3 +205,33 @@ def test_schema_is_strict_and_migrated_once(tmp_path: Path) -> None:
     conn.close()
     conn = db.connect(tmp_path / "l.sqlite")
     assert conn.execute("SELECT name FROM _sqlite_migrations").fetchall() == applied
+
+
+def test_background_checkpoints_keep_the_wal_from_commits(tmp_path: Path) -> None:
+    """The daemon's checkpoint thread copies committed WAL frames into the
+    database file on its own connection: commits stop paying for it."""
+    import time
+
+    from agentledger.service.checkpointer import Checkpointer
+
+    path = tmp_path / "l.sqlite"
+    conn = db.connect(path)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # only the thread checkpoints here
+    size = path.stat().st_size
+    with db.write_transaction(conn):
+        conn.execute("CREATE TABLE blobs (b BLOB)")
+        conn.executemany("INSERT INTO blobs VALUES (?)", [(os.urandom(100_000),) for _ in range(40)])
+    assert path.stat().st_size < size + 1_000_000  # the rows are in the WAL, not yet in the file
+    cp = Checkpointer(path, interval=0.05).start()
+    try:
+        deadline = time.monotonic() + 20
+        while (path.stat().st_size < size + 4_000_000 or not cp.checkpoints) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert path.stat().st_size >= size + 4_000_000
+        assert cp.checkpoints >= 1
+        with db.write_transaction(conn):  # writers are never blocked by it
+            conn.execute("INSERT INTO blobs VALUES (x'00')")
+    finally:
+        cp.stop()
+    assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 41
+    conn.close()

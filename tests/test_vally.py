@@ -261,7 +261,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, m
                 midway += row is not None and 0 < row[0] < f.stat().st_size and row[0] != last_offset
                 last_offset = row[0] if row else None
         proc.wait()
-        if kills >= 20:
+        if kills >= 20 and (reader == "sequential" or midway >= 3):  # a slow start can waste kills
             break
     assert kills >= 20
     if reader == "parallel":

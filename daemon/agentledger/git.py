@@ -16,6 +16,7 @@ reference's scores assume.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -204,6 +205,7 @@ class GitRepo:
         self._trunk_log: TrunkLog | None = None
         self._changed: dict[str, tuple[str, ...] | None] = {}
         self._resolved: dict[str, Resolution] = {}
+        self._view: dict[str, str | None] | None = None  # see one_view
 
     # -- plumbing -----------------------------------------------------------
     def _run(self, *args: str, input: bytes | None = None, check: bool = False) -> subprocess.CompletedProcess[bytes]:
@@ -214,8 +216,29 @@ class GitRepo:
                            f"{proc.stderr.decode('utf-8', 'replace').strip()}")
         return proc
 
+    @contextlib.contextmanager
+    def one_view(self):
+        """Within the block, the work-tree check and the trunk tip are read once:
+        a scoring pass (which iterations to rescore, then their inputs) sees one
+        trunk, and pays two git processes instead of four."""
+        self._view = {}
+        try:
+            yield self
+        finally:
+            self._view = None
+
+    def _viewed(self, key: str, read):
+        if self._view is None:
+            return read()
+        if key not in self._view:
+            self._view[key] = read()
+        return self._view[key]
+
     def check(self) -> str | None:
         """None when the path is a git work tree, else the reason it is not."""
+        return self._viewed("check", self._check)
+
+    def _check(self) -> str | None:
         if not os.path.isdir(self.path):
             return f"{self.path} is not a directory"
         proc = self._run("rev-parse", "--is-inside-work-tree")
@@ -225,6 +248,9 @@ class GitRepo:
         return None
 
     def trunk_tip(self) -> str | None:
+        return self._viewed("tip", self._trunk_tip)
+
+    def _trunk_tip(self) -> str | None:
         proc = self._run("rev-parse", "--verify", "--quiet", f"{self.trunk}^{{commit}}")
         tip = proc.stdout.decode().strip()
         return tip if proc.returncode == 0 and tip else None

@@ -315,12 +315,13 @@ class Ledger:
     def rescore(self, src: IterationLogSource, *, everything: bool = False) -> Report:
         """Score what changed (or every iteration); errors are reported, never raised."""
         try:
-            if everything:
-                report = self.score(src)
-            else:
-                todo = self.affected(src)
-                report = self.score(src, todo) if todo else Report()
-            self.record_trunk(src)
+            with self.repo(src).one_view():
+                if everything:
+                    report = self.score(src)
+                else:
+                    todo = self.affected(src)
+                    report = self.score(src, todo) if todo else Report()
+                self.record_trunk(src)
             return report
         except SourceError as exc:
             return Report(errors=[str(exc)])

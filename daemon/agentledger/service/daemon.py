@@ -15,7 +15,10 @@ How it runs, in order:
    notifications, default every 300 s), a trunk re-check (a commit landing
    or a revert changes ``landed``), a WAL checkpoint when idle, and
    ``PRAGMA optimize`` every few hours. All ledger work stays on this one
-   thread; APScheduler's jobs only enqueue requests.
+   thread; APScheduler's jobs only enqueue requests. Two helpers take work off
+   its path: a writer thread lands the sidecars of large scoring passes (the
+   next change is read meanwhile), and a checkpoint thread keeps the WAL short
+   so that no commit stalls on an automatic checkpoint (``checkpointer``).
 4. SIGTERM/SIGINT: finish the current step, stop the scheduler, ``STOPPING=1``,
    exit 0. SIGHUP: reload the configuration (a changed rubric backfills).
 """
@@ -38,6 +41,7 @@ from ..ledger import Ledger, Report
 from ..sidecars import is_temp_name
 from ..sources import iterlog as S
 from ..sources import vally
+from .checkpointer import Checkpointer
 from .notify import Notifier
 
 log = structlog.get_logger("agentledger.daemon")
@@ -64,6 +68,7 @@ class Daemon:
         self.last_change = time.monotonic()
         self.failures = 0  # consecutive failed steps
         self.retry_at: float | None = None  # when to retry after a failure (a reconcile)
+        self.checkpointer: Checkpointer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -76,6 +81,7 @@ class Daemon:
             self.notifier.send("STOPPING=1")
             return 0
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
+        self.checkpointer = Checkpointer(self.cfg.store.path).start()
         self._guard("initial scan", self.ledger.scan_all)
         scheduler = self._scheduler()
         try:
@@ -83,6 +89,7 @@ class Daemon:
         finally:
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             scheduler.shutdown(wait=False)
+            self.checkpointer.stop()
             self.ledger.close()
             log.info("stopped")
         return 0
@@ -218,6 +225,9 @@ class Daemon:
             new.close()
             raise
         self.ledger.close()
+        if cfg.store.path != self.cfg.store.path and self.checkpointer is not None:
+            self.checkpointer.stop()
+            self.checkpointer = Checkpointer(cfg.store.path).start()
         self.cfg, self.ledger = cfg, new
         return self.ledger.scan_all()
 

@@ -131,7 +131,7 @@ class Projector:
         self._trial_rows: dict[tuple[str, str, str], tuple] = {}
         self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
         self.touched_sessions: set[tuple[str, str, str]] = set()
-        self.session_bytes: dict[tuple[str, str, str], bytes] = {}  # rendered by _recompute_session
+        self.session_bytes: dict[tuple[str, str, str], bytes] = {}  # rendered by _recompute_sessions
 
     @property
     def queued(self) -> Touched:
@@ -156,9 +156,11 @@ class Projector:
                 " seq = max(seq, ?) WHERE source = ? AND run_dir = ?", (n, passed, errors, seq, source, run_dir))
         self.run_deltas.clear()
         changed = set()
-        for key in sorted(self.dirty_sessions):
-            if self._recompute_session(*key):
-                changed.add(key)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for source, session_id, version in sorted(self.dirty_sessions):
+            groups.setdefault((source, version), []).append(session_id)
+        for (source, version), ids in groups.items():
+            changed |= self._recompute_sessions(source, version, ids)
         self.dirty_sessions.clear()
         self.touched_sessions |= changed
         return changed
@@ -511,47 +513,65 @@ class Projector:
         self._resolve_quarantine(src, path, ev.seq)  # type: ignore[arg-type]
 
     # -- sessions -------------------------------------------------------------------
-    def _recompute_session(self, source: str, session_id: str, version: str) -> bool:
-        old = self.conn.execute(
-            "SELECT sidecar_sha256, iterations FROM sessions WHERE source = ? AND session_id = ?"
-            " AND rubric_version = ?", (source, session_id, version)).fetchone()
-        summary = session_summary(self.conn, source, session_id, version)
-        if summary is None:
-            self.conn.execute("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?",
-                              (source, session_id, version))
-            return old is not None
-        entries, scored, value, band = summary
-        name = sha = None
-        if sidecars.unsafe_session_id(session_id) is None:
-            name = sidecars.session_sidecar_name(session_id)
-            data = sidecars.render_session(session_id, version, entries, scored, value, band)
-            sha = sidecars.sha256(data)
-            self.session_bytes[(source, session_id, version)] = data  # the writer reuses it
-        iters = canonical_json([e.iteration for e in entries])
-        self.conn.execute(
+    def _recompute_sessions(self, source: str, version: str, ids: list[str]) -> set[tuple[str, str, str]]:
+        """Re-derive sessions of one source and rubric (three statements, however
+        many sessions: a transcript line can touch a hundred of them); returns the
+        keys whose row changed."""
+        wanted = canonical_json(ids)
+        old = {r[0]: (r[1], r[2]) for r in self.conn.execute(
+            "SELECT session_id, sidecar_sha256, iterations FROM sessions WHERE source = ? AND rubric_version = ?"
+            " AND session_id IN (SELECT value FROM json_each(?))", (source, version, wanted))}
+        rows: dict[str, list] = {}
+        for r in self.conn.execute(
+                _SESSION_ROWS + " AND i.session_id IN (SELECT value FROM json_each(?)) ORDER BY i.session_id,"
+                " i.iteration", (version, source, wanted)):
+            rows.setdefault(r[0], []).append(r)
+        changed, gone, upserts = set(), [], []
+        band_of = rubrics.load(version).band
+        for session_id in ids:
+            if session_id not in rows:
+                if session_id in old:
+                    gone.append((source, session_id, version))
+                    changed.add((source, session_id, version))
+                continue
+            entries, scored, value, band = _summarize(rows[session_id], band_of)
+            name = sha = None
+            if sidecars.unsafe_session_id(session_id) is None:
+                name = sidecars.session_sidecar_name(session_id)
+                data = sidecars.render_session(session_id, version, entries, scored, value, band)
+                sha = sidecars.sha256(data)
+                self.session_bytes[(source, session_id, version)] = data  # the writer reuses it
+            iters = canonical_json([e.iteration for e in entries])
+            upserts.append((source, session_id, version, iters, int(scored), _real(value), band, name, sha))
+            if old.get(session_id) != (sha, iters):
+                changed.add((source, session_id, version))
+        self.conn.executemany("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?", gone)
+        self.conn.executemany(
             "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
-            " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)",
-            (source, session_id, version, iters, int(scored), _real(value), band, name, sha),
-        )
-        return old is None or old["sidecar_sha256"] != sha or old["iterations"] != iters
+            " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)", upserts)
+        return changed
+
+
+_SESSION_ROWS = ("SELECT i.session_id, i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"
+                 " ON s.source = i.source AND s.iteration = i.iteration AND s.rubric_version = ?"
+                 " WHERE i.source = ?")
+
+
+def _summarize(rows, band_of) -> tuple[list[sidecars.SessionEntry], bool, float, str]:
+    """(entries, scored, value, band) from a session's (session_id, iteration, scored, value, band) rows."""
+    entries = []
+    for r in rows:
+        value = r[3] if r[3] is not None else (math.nan if r[2] else 0.0)
+        entries.append(sidecars.SessionEntry(r[1], bool(r[2]), value, r[4]))
+    scored, value, band = sidecars.session_value(entries, band_of)
+    return entries, scored, value, band
 
 
 def session_summary(conn: sqlite3.Connection, source: str, session_id: str, version: str):
     """(entries, scored, value, band) of a session under one rubric, None if it has none."""
-    rows = conn.execute(
-        "SELECT i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"
-        " ON s.source = i.source AND s.iteration = i.iteration AND s.rubric_version = ?"
-        " WHERE i.source = ? AND i.session_id = ? ORDER BY i.iteration",
-        (version, source, session_id),
-    ).fetchall()
-    if not rows:
-        return None
-    entries = []
-    for r in rows:
-        value = r["value"] if r["value"] is not None else (math.nan if r["scored"] else 0.0)
-        entries.append(sidecars.SessionEntry(r["iteration"], bool(r["scored"]), value, r["band"]))
-    scored, value, band = sidecars.session_value(entries, rubrics.load(version).band)
-    return entries, scored, value, band
+    rows = conn.execute(_SESSION_ROWS + " AND i.session_id = ? ORDER BY i.iteration",
+                        (version, source, session_id)).fetchall()
+    return _summarize(rows, rubrics.load(version).band) if rows else None
 
 
 def session_document(conn: sqlite3.Connection, source: str, session_id: str, version: str) -> bytes | None:
