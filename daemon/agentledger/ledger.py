@@ -25,7 +25,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -771,8 +771,10 @@ class Ledger:
         (``score N``) the chain starts at the nearest lower iteration that resolves."""
         ends = {it: _ns(resolutions[rec.commit].commit_time) for it, rec in records.items()}
         order = sorted(records)
-        starts = self._previous_ends(src, repo, [it for k, it in enumerate(order) if k == 0 or it - 1 not in records]) \
-            if partial_log else {}
+        starts = {}
+        if partial_log:  # where the chain restarts: the first iteration, and after each gap
+            starts = self._previous_ends(src, repo, [it for k, it in enumerate(order)
+                                                     if k == 0 or it - 1 not in records])
         out: dict[int, tuple[int | None, int]] = {}
         prev = None
         for it in order:
@@ -910,7 +912,7 @@ class Ledger:
     # ------------------------------------------------------------------ sidecars
     def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None, *,
                       sessions: bool = True, iterations_too: bool = True,
-                      skip_sessions: set[str] = frozenset()) -> Report:  # type: ignore[assignment]
+                      skip_sessions: Collection[str] = ()) -> Report:
         """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
         report = Report()
         if not src.path.is_dir():
