@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import itertools
@@ -316,13 +317,14 @@ class Ledger:
         """Score what changed (or every iteration); errors are reported, never raised."""
         try:
             with self.repo(src).one_view():
+                finish = functools.partial(self._record_trunk_rows, src)
                 if everything:
-                    report = self.score(src)
-                else:
-                    todo = self.affected(src)
-                    report = self.score(src, todo) if todo else Report()
+                    return self.score(src, finish=finish)
+                todo = self.affected(src)
+                if todo:
+                    return self.score(src, todo, finish=finish)
                 self.record_trunk(src)
-            return report
+                return Report()
         except SourceError as exc:
             return Report(errors=[str(exc)])
 
@@ -728,15 +730,20 @@ class Ledger:
 
     def record_trunk(self, src: IterationLogSource) -> None:
         """After a pass that accounted for trunk moves, remember the tip it saw."""
+        with store.write_transaction(self.conn):
+            self._record_trunk_rows(src)
+
+    def _record_trunk_rows(self, src: IterationLogSource) -> None:
+        """``record_trunk``'s rows, inside the caller's transaction (a scoring pass's
+        last: the queue entries it handled leave with the scores they produced)."""
         pending = getattr(self, "_pending_tip", None)
         tip = pending[1] if pending and pending[0] == src.id else self.repo(src).trunk_tip()
         consumed = getattr(self, "_consumed", None)
         ids = consumed[1] if consumed and consumed[0] == src.id else []
-        with store.write_transaction(self.conn):
-            self.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
-            if ids:  # only what this pass read: rows queued meanwhile stay queued
-                self.conn.execute("DELETE FROM pending WHERE id IN (SELECT value FROM json_each(?))",
-                                  (json.dumps(ids),))
+        self.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
+        if ids:  # only what this pass read: rows queued meanwhile stay queued
+            self.conn.execute("DELETE FROM pending WHERE id IN (SELECT value FROM json_each(?))",
+                              (json.dumps(ids),))
         self._consumed = None
 
     def _trunk_affected(self, repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict,
@@ -826,7 +833,9 @@ class Ledger:
         return sums
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-              progress: Progress | None = None) -> Report:
+              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Report:
+        """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
+        the pass's last transaction (its own one when nothing needed a new score)."""
         report = Report()
         version = self.rubric.version
         marker = self.cfg.scoring.linked_traces_marker
@@ -866,8 +875,12 @@ class Ledger:
             elif self._write(path, data, report, fsync):
                 setattr(report, kind, getattr(report, kind) + 1)
 
+        chunks = list(_chunks(todo))
+        if finish is not None and not chunks:
+            with store.write_transaction(self.conn):
+                finish()
         try:
-            for chunk in _chunks(todo):
+            for k, chunk in enumerate(chunks, 1):
                 with store.write_transaction(self.conn):
                     projector = Projector(self.conn)
                     for ev in append_many(self.conn, chunk):
@@ -875,6 +888,8 @@ class Ledger:
                         report.events += 1
                         report.scored += 1
                     projector.flush()
+                    if finish is not None and k == len(chunks):
+                        finish()
                 for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
                     write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written")
                 for (_, session_id, v), data in sorted(projector.session_bytes.items()):
