@@ -143,3 +143,47 @@ def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None
     check = fresh.sync_sidecars(src)  # the files on disk are exactly the ledger's
     assert (check.sidecars_written, check.sessions_written, check.errors) == (0, 0, [])
     fresh.close()
+
+
+def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_path: Path) -> None:
+    """The daemon's writer thread holds an older sidecar while the close-task hook
+    (another connection, as another process) scores the same iteration again and
+    writes it directly: the queued write is skipped, not landed over the newer file."""
+    import threading
+
+    from agentledger.config import Config, IterationLogSource, StoreConfig
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 60, seed=3)
+    src = IterationLogSource(gen.log, gen.repo)
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,))
+    daemon = Ledger(cfg, background_writes=True)
+    daemon.scan_all()
+    src = cfg.iteration_logs[0]
+    gate = threading.Event()
+    check = daemon._writer._still_current
+
+    def held(key, data):  # the writer thread stops at its first keyed write until the hook is done
+        gate.wait(30)
+        return check(key, data)
+
+    daemon._writer._still_current = held
+    original = {n: (gen.log / f"iter-{n}.yaml").read_text() for n in range(10, 40)}
+    for n in original:
+        (gen.log / f"iter-{n}.yaml").write_text(original[n].replace("retries:", "retries: 4\n  old_retries:", 1))
+    daemon.ingest(src)
+    assert daemon.rescore(src).scored >= 30  # queued, held
+    hook = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    (gen.log / "iter-20.yaml").write_text(original[20])
+    hook.ingest(src)
+    assert hook.score(src, [20]).scored == 1  # back to the original score (and its file's bytes)
+    newest = (gen.log / "iter-20.score.yaml").read_bytes()
+    hook.close()
+    gate.set()
+    daemon.close()
+    assert (gen.log / "iter-20.score.yaml").read_bytes() == newest
+    assert daemon._writer.superseded >= 1
+    fresh = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    check_ = fresh.sync_sidecars(src)
+    assert (check_.sidecars_written, check_.sessions_written) == (0, 0)
+    fresh.close()

@@ -96,12 +96,15 @@ class Ledger:
         self.touched = Touched()  # what ingestion changed (since the last change notification)
         self._ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
         self._sums: dict[tuple[str, ...], FactSums] = {}  # transcript directories -> window sums
-        self._writer = sidecars.BackgroundWriter() if background_writes else None
+        self._check_conn: sqlite3.Connection | None = None  # the writer thread's view of the ledger
+        self._writer = sidecars.BackgroundWriter(self._still_current) if background_writes else None
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._log_writes(*self._writer.take())
+            if self._check_conn is not None:
+                self._check_conn.close()
         for repo in self._repos.values():
             repo.close()
         shutdown_workers()
@@ -869,9 +872,9 @@ class Ledger:
             self._writer.wait()  # a direct write must not be overtaken by an older queued one
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
 
-        def write(path: Path, data: bytes, kind: str) -> None:
+        def write(path: Path, data: bytes, kind: str, key: tuple) -> None:
             if writer is not None:
-                writer.submit(path, data, fsync, kind)
+                writer.submit(path, data, fsync, kind, key)
             elif self._write(path, data, report, fsync):
                 setattr(report, kind, getattr(report, kind) + 1)
 
@@ -891,11 +894,13 @@ class Ledger:
                     if finish is not None and k == len(chunks):
                         finish()
                 for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
-                    write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written")
+                    write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
+                          ("scores", src.id, ev.payload["iteration"], version))
                 for (_, session_id, v), data in sorted(projector.session_bytes.items()):
                     if v != version:
                         continue
-                    write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written")
+                    write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written",
+                          ("sessions", src.id, session_id, version))
                     sessions.add(session_id)
                 done += len(chunk)
                 if progress:
@@ -907,6 +912,24 @@ class Ledger:
         # sessions of the iterations whose score stood: still brought in line with the ledger
         report.add(self.sync_sidecars(src, iterations, iterations_too=False, skip_sessions=sessions))
         return report
+
+    def _still_current(self, key: tuple, data: bytes) -> bool:
+        """Whether ``data`` is still what the ledger holds for a queued sidecar (asked
+        on the writer thread, through its own read-only connection). The close-task
+        hook scores and writes in another process while the daemon's writes wait in
+        the queue; without this, an older queued write could land over its newer file
+        until the next reconcile."""
+        table, source, ident, version = key
+        try:
+            if self._check_conn is None:
+                self._check_conn = store.connect_readonly(self.cfg.store.path)
+            column = "iteration" if table == "scores" else "session_id"
+            row = self._check_conn.execute(
+                f"SELECT sidecar_sha256 FROM {table} WHERE source = ? AND {column} = ? AND rubric_version = ?",
+                (source, ident, version)).fetchone()
+        except sqlite3.Error:
+            return True  # cannot tell: write, as without the check
+        return row is not None and row[0] == sidecars.sha256(data)
 
     def collect_writes(self) -> Report:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""

@@ -254,19 +254,26 @@ class BackgroundWriter:
     process dies with writes queued, the next run finds their bytes differ from
     the ledger and writes them then."""
 
-    def __init__(self) -> None:
+    def __init__(self, still_current=None) -> None:
+        """``still_current(key, data)``, when given, is asked on the writer thread
+        before each write submitted with a key: False (the ledger has moved on, e.g.
+        another process scored the same iteration since) skips it, so an old queued
+        write cannot land over a newer file."""
         import queue
         import threading
 
+        self._still_current = still_current
         self._queue: queue.Queue = queue.Queue(maxsize=4096)
         self._lock = threading.Lock()
         self.written: dict[str, int] = {"sidecars_written": 0, "sessions_written": 0}  # by kind
+        self.superseded = 0  # writes skipped: the ledger held newer bytes by then
         self.errors: list[str] = []
         self._thread = threading.Thread(target=self._run, name="agentledger-sidecars", daemon=True)
         self._thread.start()
 
-    def submit(self, path: Path, data: bytes, durable: bool, kind: str = "sidecars_written") -> None:
-        self._queue.put((path, data, durable, kind))
+    def submit(self, path: Path, data: bytes, durable: bool, kind: str = "sidecars_written",
+               key: tuple | None = None) -> None:
+        self._queue.put((path, data, durable, kind, key))
 
     def _run(self) -> None:
         while True:
@@ -274,7 +281,10 @@ class BackgroundWriter:
             try:
                 if item is None:
                     return
-                path, data, durable, kind = item
+                path, data, durable, kind, key = item
+                if key is not None and self._still_current is not None and not self._still_current(key, data):
+                    self.superseded += 1
+                    continue
                 try:
                     written = write_atomic(path, data, durable=durable)
                     with self._lock:
