@@ -109,24 +109,45 @@ def test_a_change_notification_looks_only_at_what_it_changed(tmp_path: Path) -> 
     led.close()
 
 
-def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None:
-    """The daemon's ledger hands large passes' sidecars to a writer thread: a
-    small pass right after (written directly) must not be overtaken by the
-    queued writes of the same files, and every landed write is reported."""
+def _daemon_ledger(tmp_path: Path):
+    """A 60-iteration log and a ledger with the daemon's background writes, after its first scan."""
     from agentledger.config import Config, IterationLogSource, StoreConfig
     from agentledger.ledger import Ledger
 
     gen = synth.generate(tmp_path / "gen", 60, seed=3)
-    src = IterationLogSource(gen.log, gen.repo)
-    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,))
+    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(IterationLogSource(gen.log, gen.repo),))
     led = Ledger(cfg, background_writes=True)
     led.scan_all()
-    led.collect_writes()
-    src = cfg.iteration_logs[0]
+    return gen, cfg.iteration_logs[0], led
 
+
+def _retry_thirty(gen) -> dict[int, str]:
+    """Change the score of iterations 10-39 (a pass large enough for the writer thread); their old texts."""
     original = {n: (gen.log / f"iter-{n}.yaml").read_text() for n in range(10, 40)}
     for n in original:
         (gen.log / f"iter-{n}.yaml").write_text(original[n].replace("retries:", "retries: 4\n  old_retries:", 1))
+    return original
+
+
+def _sync_from_fresh_ledger(tmp_path: Path, src):
+    """What a new ledger on the same store finds to write: nothing when the disk is the ledger's."""
+    from agentledger.config import Config, StoreConfig
+    from agentledger.ledger import Ledger
+
+    fresh = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    try:
+        return fresh.sync_sidecars(src)
+    finally:
+        fresh.close()
+
+
+def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None:
+    """The daemon's ledger hands large passes' sidecars to a writer thread: a
+    small pass right after (written directly) must not be overtaken by the
+    queued writes of the same files, and every landed write is reported."""
+    gen, src, led = _daemon_ledger(tmp_path)
+    led.collect_writes()
+    original = _retry_thirty(gen)
     led.ingest(src)
     big = led.rescore(src)
     assert big.scored >= 30 and big.sidecars_written == 0  # queued, not yet counted
@@ -139,10 +160,8 @@ def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None
     assert small.scored >= 1 and small.sidecars_written >= 1  # written before returning...
     assert led.collect_writes().sidecars_written == big.scored + 1500  # ...after everything queued before
     led.close()
-    fresh = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
-    check = fresh.sync_sidecars(src)  # the files on disk are exactly the ledger's
+    check = _sync_from_fresh_ledger(tmp_path, src)  # the files on disk are exactly the ledger's
     assert (check.sidecars_written, check.sessions_written, check.errors) == (0, 0, [])
-    fresh.close()
 
 
 def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_path: Path) -> None:
@@ -151,26 +170,19 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     writes it directly: the queued write is skipped, not landed over the newer file."""
     import threading
 
-    from agentledger.config import Config, IterationLogSource, StoreConfig
+    from agentledger.config import Config, StoreConfig
     from agentledger.ledger import Ledger
 
-    gen = synth.generate(tmp_path / "gen", 60, seed=3)
-    src = IterationLogSource(gen.log, gen.repo)
-    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,))
-    daemon = Ledger(cfg, background_writes=True)
-    daemon.scan_all()
-    src = cfg.iteration_logs[0]
+    gen, src, daemon = _daemon_ledger(tmp_path)
     gate = threading.Event()
     check = daemon._writer._still_current
 
-    def held(key, data):  # the writer thread stops at its first keyed write until the hook is done
+    def held(key):  # the writer thread stops at its first keyed write until the hook is done
         gate.wait(30)
-        return check(key, data)
+        return check(key)
 
     daemon._writer._still_current = held
-    original = {n: (gen.log / f"iter-{n}.yaml").read_text() for n in range(10, 40)}
-    for n in original:
-        (gen.log / f"iter-{n}.yaml").write_text(original[n].replace("retries:", "retries: 4\n  old_retries:", 1))
+    original = _retry_thirty(gen)
     daemon.ingest(src)
     assert daemon.rescore(src).scored >= 30  # queued, held
     hook = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
@@ -183,7 +195,5 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     daemon.close()
     assert (gen.log / "iter-20.score.yaml").read_bytes() == newest
     assert daemon._writer.superseded >= 1
-    fresh = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
-    check_ = fresh.sync_sidecars(src)
+    check_ = _sync_from_fresh_ledger(tmp_path, src)
     assert (check_.sidecars_written, check_.sessions_written) == (0, 0)
-    fresh.close()

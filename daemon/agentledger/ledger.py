@@ -895,12 +895,12 @@ class Ledger:
                         finish()
                 for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
                     write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
-                          ("scores", src.id, ev.payload["iteration"], version))
-                for (_, session_id, v), data in sorted(projector.session_bytes.items()):
+                          ("scores", src.id, ev.payload["iteration"], version, ev.extra["sidecar_sha256"]))
+                for (_, session_id, v), (data, sha) in sorted(projector.session_bytes.items()):
                     if v != version:
                         continue
                     write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written",
-                          ("sessions", src.id, session_id, version))
+                          ("sessions", src.id, session_id, version, sha))
                     sessions.add(session_id)
                 done += len(chunk)
                 if progress:
@@ -913,13 +913,13 @@ class Ledger:
         report.add(self.sync_sidecars(src, iterations, iterations_too=False, skip_sessions=sessions))
         return report
 
-    def _still_current(self, key: tuple, data: bytes) -> bool:
-        """Whether ``data`` is still what the ledger holds for a queued sidecar (asked
-        on the writer thread, through its own read-only connection). The close-task
-        hook scores and writes in another process while the daemon's writes wait in
-        the queue; without this, an older queued write could land over its newer file
-        until the next reconcile."""
-        table, source, ident, version = key
+    def _still_current(self, key: tuple) -> bool:
+        """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still
+        what the ledger holds (asked on the writer thread, through its own read-only
+        connection). The close-task hook scores and writes in another process while
+        the daemon's writes wait in the queue; without this, an older queued write
+        could land over its newer file until the next reconcile."""
+        table, source, ident, version, sha = key
         try:
             if self._check_conn is None:
                 self._check_conn = store.connect_readonly(self.cfg.store.path)
@@ -929,7 +929,7 @@ class Ledger:
                 (source, ident, version)).fetchone()
         except sqlite3.Error:
             return True  # cannot tell: write, as without the check
-        return row is not None and row[0] == sidecars.sha256(data)
+        return row is not None and row[0] == sha
 
     def collect_writes(self) -> Report:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""

@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,11 +254,11 @@ class BackgroundWriter:
     process dies with writes queued, the next run finds their bytes differ from
     the ledger and writes them then."""
 
-    def __init__(self, still_current=None) -> None:
-        """``still_current(key, data)``, when given, is asked on the writer thread
-        before each write submitted with a key: False (the ledger has moved on, e.g.
-        another process scored the same iteration since) skips it, so an old queued
-        write cannot land over a newer file."""
+    def __init__(self, still_current: Callable[[tuple], bool] | None = None) -> None:
+        """``still_current(key)``, when given, is asked on the writer thread before
+        each write submitted with a key: False (the ledger has moved on, e.g. another
+        process scored the same iteration since) skips it, so an old queued write
+        cannot land over a newer file."""
         import queue
         import threading
 
@@ -282,7 +282,7 @@ class BackgroundWriter:
                 if item is None:
                     return
                 path, data, durable, kind, key = item
-                if key is not None and self._still_current is not None and not self._still_current(key, data):
+                if key is not None and self._still_current is not None and not self._still_current(key):
                     self.superseded += 1
                     continue
                 try:

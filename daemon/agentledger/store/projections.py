@@ -131,7 +131,8 @@ class Projector:
         self._trial_rows: dict[tuple[str, str, str], tuple] = {}
         self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
         self.touched_sessions: set[tuple[str, str, str]] = set()
-        self.session_bytes: dict[tuple[str, str, str], bytes] = {}  # rendered by _recompute_sessions
+        # (bytes, sha256) of each session sidecar rendered by _recompute_sessions: the writer reuses both
+        self.session_bytes: dict[tuple[str, str, str], tuple[bytes, str]] = {}
 
     @property
     def queued(self) -> Touched:
@@ -540,7 +541,7 @@ class Projector:
                 name = sidecars.session_sidecar_name(session_id)
                 data = sidecars.render_session(session_id, version, entries, scored, value, band)
                 sha = sidecars.sha256(data)
-                self.session_bytes[(source, session_id, version)] = data  # the writer reuses it
+                self.session_bytes[(source, session_id, version)] = (data, sha)
             iters = canonical_json([e.iteration for e in entries])
             upserts.append((source, session_id, version, iters, int(scored), _real(value), band, name, sha))
             if old.get(session_id) != (sha, iters):
