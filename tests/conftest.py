@@ -102,7 +102,14 @@ def cli_subprocess(*args: str, cwd: Path | None = None, env: dict | None = None,
 
 
 def copy_log(src: Path, dst: Path) -> Path:
+    """A writable copy of an iteration log as an agent leaves it: without the
+    ``*.score.yaml`` sidecars a scorer wrote into the fixture (the real log ships
+    the Go scorer's), so a test sees the files this product writes, not those."""
     shutil.copytree(src, dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o200)
+    for p in dst.glob("*.score.yaml"):
+        p.unlink()
     return dst
 
 

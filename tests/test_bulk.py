@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,14 +21,14 @@ from agentledger.ledger import Ledger
 from agentledger.sidecars import (BreakdownRow, SessionEntry, render_iteration, render_iteration_generic,
                                   render_session, render_session_generic)
 
-from .conftest import REAL_LOG, REFERENCE, need_fixtures
+from .conftest import REAL_LOG, copy_log, REFERENCE, need_fixtures
 
 
 def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatch) -> None:
     need_fixtures()
     monkeypatch.setattr(parallel, "THRESHOLD", 1)
     log = tmp_path / "log"
-    shutil.copytree(REAL_LOG, log)
+    copy_log(REAL_LOG, log)
     cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
     ledger = Ledger(cfg)
     src = cfg.iteration_logs[0]

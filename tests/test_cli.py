@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, need_fixtures, run_cli
+from .conftest import REAL_LOG, copy_log, REFERENCE, TESTDATA, cli_subprocess, need_fixtures, run_cli
 
 
 def adhoc(log: Path, repo: Path, db: Path) -> list[str]:
@@ -18,7 +18,7 @@ def adhoc(log: Path, repo: Path, db: Path) -> list[str]:
 def test_score_n_json_and_idempotence(tmp_path: Path, empty_repo) -> None:
     need_fixtures()
     log = tmp_path / "log"
-    shutil.copytree(REAL_LOG, log)
+    copy_log(REAL_LOG, log)
     args = adhoc(log, empty_repo.path, tmp_path / "l.sqlite")
     code, out, err = run_cli("score", "66", "--json", *args)
     assert code == 0, err
@@ -71,9 +71,51 @@ def test_query_is_read_only(tmp_path: Path) -> None:
     for sql in ("DELETE FROM events", "INSERT INTO ledger_state VALUES ('a','b')", "DROP TABLE scores",
                 "CREATE TABLE x (a)"):
         code, _, err = run_cli("query", sql, "--db", str(db))
-        assert code == 1 and "query failed" in err, sql
+        assert code == 1 and "query refused" in err and "read-only" in err, sql
     code, out, _ = run_cli("query", "SELECT 1 AS a, 'x' AS b", "--csv", "--db", str(db))
     assert out.splitlines() == ["a,b", "1,x"]
+
+
+def test_query_creates_no_file_and_says_read_only(tmp_path: Path) -> None:
+    """ATTACH creates the file it names and VACUUM INTO leaves an empty one behind unless
+    refused before SQLite opens anything; a PRAGMA that sets is refused as read-only."""
+    db = tmp_path / "l.sqlite"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    refused = {
+        f"ATTACH DATABASE '{elsewhere / 'x.db'}' AS x": "ATTACH and VACUUM INTO are refused",
+        f"VACUUM INTO '{elsewhere / 'y.db'}'": "ATTACH and VACUUM INTO are refused",
+        "VACUUM": "VACUUM is refused",
+        "DETACH DATABASE main": "refused",
+        "PRAGMA journal_mode=delete": "PRAGMA journal_mode = delete is refused: the ledger is read-only",
+        "PRAGMA user_version = 7": "read-only",
+    }
+    for sql, why in refused.items():
+        proc = cli_subprocess("query", sql, "--db", str(db))
+        code, err = proc.returncode, proc.stderr
+        assert code == 1 and why in err, (sql, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert list(elsewhere.iterdir()) == []
+    code, out, _ = run_cli("query", "SELECT name FROM pragma_table_info('events') WHERE name = 'seq'", "--json",
+                           "--db", str(db))
+    assert code == 0 and json.loads(out) == [{"name": "seq"}]
+    code, out, _ = run_cli("query", "PRAGMA table_info(events)", "--json", "--db", str(db))
+    assert code == 0 and any(r["name"] == "seq" for r in json.loads(out))
+    code, out, _ = run_cli("query", "PRAGMA journal_mode", "--json", "--db", str(db))
+    assert code == 0 and json.loads(out) == [{"journal_mode": "wal"}]
+
+
+def test_a_refused_sidecar_write_is_reported_once(tmp_path: Path, empty_repo) -> None:
+    need_fixtures()
+    log = tmp_path / "log"
+    log.mkdir()
+    shutil.copy(TESTDATA / "v2_sparse.yaml", log / "iter-65.yaml")
+    (log / "iter-65.score.yaml").symlink_to(tmp_path / "target")
+    proc = cli_subprocess("score", "65", *adhoc(log, empty_repo.path, tmp_path / "l.sqlite"))
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if "refusing to write" in ln]
+    assert len(lines) == 1, proc.stderr
+    assert not (tmp_path / "target").exists()
 
 
 def test_status_and_quarantine_of_bad_fixtures(tmp_path: Path, empty_repo) -> None:
@@ -129,7 +171,7 @@ def test_salvaged_log_ingests_without_crash(tmp_path: Path, make_repo) -> None:
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    assert run_cli("ingest", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no --once
+    assert run_cli("ingest", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("ingest", "--once", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("score", "x")[0] == 2
     assert run_cli("status", "--rubric", "9.9.9", "--db", str(tmp_path / "l.sqlite"))[0] == 0
@@ -152,7 +194,8 @@ def test_config_file_env_and_flags(tmp_path: Path, empty_repo, monkeypatch) -> N
     cfg = C.load(str(cfgfile), env={"AGENTLEDGER_SCORING_RUBRIC": "2.1.0", "AGENTLEDGER_STORE_SYNCHRONOUS": "NORMAL"})
     assert cfg.scoring.rubric == "2.1.0" and cfg.store.synchronous == "NORMAL"
     cfg = C.with_overrides(cfg, rubric="3.0.0", db=str(tmp_path / "x.sqlite"))
-    assert cfg.scoring.rubric == "3.0.0" and cfg.store.path == tmp_path / "x.sqlite"
+    assert cfg.explicit_rubric == "3.0.0" and cfg.scoring.rubric == "2.1.0"  # a flag: an activation
+    assert cfg.store.path == tmp_path / "x.sqlite"
     monkeypatch.chdir(tmp_path)
     assert C.load(None, env={}).origin == "agentledger.toml"  # ./agentledger.toml is found
     cfgfile.write_text("[scoring]\nrubrik = '2.1.0'\n")

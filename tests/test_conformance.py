@@ -16,7 +16,7 @@ import pytest
 from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
 from agentledger.ledger import Ledger
 
-from .conftest import REAL_LOG, REFERENCE, TESTDATA, need_fixtures
+from .conftest import REAL_LOG, copy_log, REFERENCE, TESTDATA, need_fixtures
 
 SINGLE = {"v1_iter": 7, "v2_iter": 52, "v2_sparse": 65, "v2_structured": 70}
 SETS = ["real-iteration-log", "testdata-iterlog", *(f"testdata-{k}" for k in SINGLE),
@@ -33,7 +33,7 @@ def prepare(name: str, tmp: Path) -> tuple[Path, Path]:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     log = tmp / "log"
     if name == "real-iteration-log":
-        shutil.copytree(REAL_LOG, log)
+        copy_log(REAL_LOG, log)
     elif name == "testdata-iterlog":
         shutil.copytree(TESTDATA / "iterlog", log)
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from agentledger.store import db, events
 from agentledger.store.events import Event, append
 from agentledger.store.projections import PROJECTION_TABLES, rebuild
 
-from .conftest import REAL_LOG, need_fixtures
+from .conftest import REAL_LOG, copy_log, need_fixtures
 
 
 def test_events_refuse_update_and_delete(tmp_path: Path) -> None:
@@ -108,7 +107,7 @@ def _dump(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
 def test_rebuild_reproduces_projections_and_sidecars(tmp_path: Path, empty_repo) -> None:
     need_fixtures()
     log = tmp_path / "log"
-    shutil.copytree(REAL_LOG, log)
+    copy_log(REAL_LOG, log)
     cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
     ledger = Ledger(cfg)
     src = cfg.iteration_logs[0]

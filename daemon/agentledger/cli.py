@@ -32,7 +32,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="an iteration-log directory to use instead of the configured sources")
     g.add_argument("--repo", metavar="DIR", default=S, help="the git work tree of --iteration-log")
     g.add_argument("--trunk", metavar="NAME", default=S, help="trunk branch (default: master)")
-    g.add_argument("--rubric", metavar="VERSION", default=S, help="rubric version to score with")
+    g.add_argument("--rubric", metavar="VERSION", default=S, help="activate this rubric version (it stays active; see README, Rubric versions)")
     g.add_argument("--transcripts", metavar="DIR", action="append", default=S,
                    help="a Claude/Codex transcript directory for the iteration log(s) (repeatable)")
     g.add_argument("--vally", metavar="DIR", action="append", default=S,
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         _common(p)
         return p
 
-    p = cmd("ingest", "Scan the sources, append new events, score, write sidecars.")
-    p.add_argument("--once", action="store_true", help="scan once and exit (required until `run` exists)")
+    p = cmd("ingest", "Scan the sources once, append new events, score, write sidecars (`run` keeps watching).")
+    p.add_argument("--once", action="store_true", help="accepted for older scripts: ingest always scans once")
     p.add_argument("--rescore-all", action="store_true",
                    help="recompute every iteration's inputs, not only those the changes can affect")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", metavar="NAME", help="which configured iteration log (name or path)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    p = cmd("backfill", "Rescore every iteration under the configured (or --rubric) version.")
+    p = cmd("backfill", "Rescore every iteration under the active rubric (--rubric VERSION activates that one first).")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = cmd("rebuild", "Drop every projection, replay all events, rewrite sidecars that differ.")
@@ -135,6 +135,8 @@ def _ledger(args: argparse.Namespace, *, need_sources: bool = True):
     if need_sources and not cfg.has_sources:
         raise UsageError(NO_SOURCES)
     ledger = Ledger(cfg)
+    if not getattr(args, "quiet", False):
+        ledger.announce = lambda msg: print(f"agentledger: {msg}", file=sys.stderr, flush=True)
     ledger.register_sources()
     return ledger
 
@@ -174,8 +176,6 @@ def _print_report(args: argparse.Namespace, title: str, report, extra: dict | No
 
 # ----------------------------------------------------------------------------- commands
 def cmd_ingest(args: argparse.Namespace) -> int:
-    if not args.once:
-        raise UsageError("ingest needs --once (continuous watching is `agentledger run`, coming with the daemon)")
     ledger = _ledger(args)
     try:
         bar, update = _progress()
@@ -293,11 +293,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from .ledger import Report
+    from .scoring import rubric as rubrics
     from .store.projections import rebuild
 
+    if getattr(args, "rubric", None):
+        raise UsageError("rebuild replays the ledger under its active rubric; "
+                         "to change the rubric use `agentledger backfill --rubric VERSION`")
     ledger = _ledger(args, need_sources=False)
     try:
         replayed = rebuild(ledger.conn)
+        # derived state only: the sidecars of the rubric the events made active (never a new activation)
+        ledger.rubric = rubrics.load(ledger.state("active_rubric") or ledger.rubric.version)
         report = Report()
         for src in ledger.cfg.iteration_logs:
             report.add(ledger.sync_sidecars(src))
@@ -340,6 +346,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "store": str(cfg.store.path),
         "active_rubric": one("SELECT value FROM ledger_state WHERE key = 'active_rubric'"),
         "configured_rubric": cfg.scoring.rubric,
+        "configured_rubric_seen": one("SELECT value FROM ledger_state WHERE key = 'configured_rubric'"),
         "backfill_in_progress": one("SELECT value FROM ledger_state WHERE key = 'backfill'") is not None,
         "events": one("SELECT count(*) FROM events"),
         "iterations": one("SELECT count(*) FROM iterations"),
@@ -359,8 +366,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"ledger        {data['store']}")
     rub = data["active_rubric"] or "(none yet)"
-    if data["active_rubric"] and data["active_rubric"] != cfg.scoring.rubric:
-        rub += f" (configured: {cfg.scoring.rubric}; the next ingest backfills)"
+    if data["active_rubric"] and data["configured_rubric_seen"] != cfg.scoring.rubric:
+        if data["active_rubric"] != cfg.scoring.rubric:
+            rub += f" (configured: {cfg.scoring.rubric}; the next ingest or score activates it and backfills)"
+    elif data["active_rubric"] and data["active_rubric"] != cfg.scoring.rubric:
+        rub += (f" (activated with --rubric; configured: {cfg.scoring.rubric}, which activates again"
+                " once the configured value changes)")
     print(f"rubric        {rub}" + ("  [backfill in progress]" if data["backfill_in_progress"] else ""))
     print(f"events        {data['events']}")
     print(f"iterations    {data['iterations']}")
@@ -452,14 +463,22 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     import sqlite_utils
 
+    from .store.db import refuse_side_effects
+
     _, conn = _ro(args)
-    db = sqlite_utils.Database(conn)
+    db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
+    refusals = refuse_side_effects(conn)
     try:
         cursor = db.execute(args.sql)
         columns = [d[0] for d in cursor.description or []]
         rows = cursor.fetchall()
     except sqlite3.Error as exc:
-        print(f"agentledger: query failed: {exc}", file=sys.stderr)
+        if refusals.reason:
+            print(f"agentledger: query refused: {refusals.reason}", file=sys.stderr)
+        elif "readonly" in str(exc) or "read-only" in str(exc):
+            print(f"agentledger: query refused: the ledger is read-only here ({exc})", file=sys.stderr)
+        else:
+            print(f"agentledger: query failed: {exc}", file=sys.stderr)
         return EXIT_FAIL
     finally:
         conn.close()

@@ -78,7 +78,7 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class ScoringConfig:
-    rubric: str = DEFAULT_RUBRIC
+    rubric: str = DEFAULT_RUBRIC  # the configured rubric; --rubric is Config.explicit_rubric
     # Write `linked_traces_to_outcomes: true` like the reference's record-aware
     # writer. Off by default: the reference sidecar set was written without it.
     linked_traces_marker: bool = False
@@ -118,6 +118,9 @@ class Config:
     vally: tuple[VallySource, ...] = ()
     annotations: tuple[AnnotationSource, ...] = ()
     origin: str = "defaults"
+    # --rubric on the command line: an explicit activation (Ledger.rubric_target), never
+    # a configuration value (the file and the environment set [scoring] rubric)
+    explicit_rubric: str | None = None
 
     @property
     def has_sources(self) -> bool:
@@ -296,7 +299,7 @@ def with_overrides(cfg: Config, *, db: str | None = None, rubric: str | None = N
     if db:
         cfg = replace(cfg, store=replace(cfg.store, path=Path(os.path.expanduser(db))))
     if rubric:
-        cfg = replace(cfg, scoring=replace(cfg.scoring, rubric=rubric))
+        cfg = replace(cfg, explicit_rubric=rubric)
     if iteration_log or repo:
         if not (iteration_log and repo):
             raise ConfigError("--iteration-log and --repo go together")

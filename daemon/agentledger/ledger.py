@@ -89,8 +89,9 @@ class Ledger:
         counts and errors come with ``collect_writes``. Otherwise a pass
         returns with its sidecars written."""
         self.cfg = cfg
-        self.rubric = rubrics.load(cfg.scoring.rubric)
         self.conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
+        self.announce: Callable[[str], None] = log.info  # the CLI prints it on stderr
+        self.rubric = rubrics.load(self.rubric_target()[0])
         self.limits = S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes)
         self._repos: dict[str, GitRepo] = {}
         self.touched = Touched()  # what ingestion changed (since the last change notification)
@@ -102,7 +103,8 @@ class Ledger:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self._log_writes(*self._writer.take())
+            for err in self._writer.take()[1]:  # no report left to carry them
+                log.error(err)
             if self._check_conn is not None:
                 self._check_conn.close()
         for repo in self._repos.values():
@@ -312,8 +314,10 @@ class Ledger:
             total.add(backfill)
         for src in self.cfg.iteration_logs:
             if src.path.is_dir() and src.id not in unreadable:
-                total.add(self.rescore(src, everything=rescore_all or backfill is not None))
-                total.add(self.sync_sidecars(src))
+                everything = rescore_all or backfill is not None
+                total.add(self.rescore(src, everything=everything))
+                if not everything:  # a full pass ends by syncing every sidecar itself
+                    total.add(self.sync_sidecars(src))
         return total
 
     def rescore(self, src: IterationLogSource, *, everything: bool = False) -> Report:
@@ -871,6 +875,7 @@ class Ledger:
         elif self._writer is not None:
             self._writer.wait()  # a direct write must not be overtaken by an older queued one
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
+        written: set[int] = set()
 
         def write(path: Path, data: bytes, kind: str, key: tuple) -> None:
             if writer is not None:
@@ -894,6 +899,7 @@ class Ledger:
                     if finish is not None and k == len(chunks):
                         finish()
                 for ev in chunk:  # after the commit: a sidecar never runs ahead of the ledger
+                    written.add(ev.payload["iteration"])
                     write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
                           ("scores", src.id, ev.payload["iteration"], version, ev.extra["sidecar_sha256"]))
                 for (_, session_id, v), (data, sha) in sorted(projector.session_bytes.items()):
@@ -908,9 +914,10 @@ class Ledger:
         finally:
             if writer is not None and writer is not self._writer:
                 writer.close()
-                report.add(self._log_writes(*writer.take()))
-        # sessions of the iterations whose score stood: still brought in line with the ledger
-        report.add(self.sync_sidecars(src, iterations, iterations_too=False, skip_sessions=sessions))
+                report.add(self._writes_report(*writer.take()))
+        # the sidecars of the scores that stood (the ledger may hold them from an earlier
+        # activation of this rubric, or a file was edited): still brought in line
+        report.add(self.sync_sidecars(src, iterations, skip_iterations=written, skip_sessions=sessions))
         return report
 
     def _still_current(self, key: tuple) -> bool:
@@ -933,12 +940,11 @@ class Ledger:
 
     def collect_writes(self) -> Report:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
-        return self._log_writes(*self._writer.take()) if self._writer is not None else Report()
+        return self._writes_report(*self._writer.take()) if self._writer is not None else Report()
 
     @staticmethod
-    def _log_writes(written: dict[str, int], errors: list[str]) -> Report:
-        for err in errors:
-            log.error(err)
+    def _writes_report(written: dict[str, int], errors: list[str]) -> Report:
+        """Errors travel in the report, and whoever reads it prints or logs them once."""
         return Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"],
                       errors=errors)
 
@@ -949,8 +955,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ sidecars
     def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-                      sessions: bool = True, iterations_too: bool = True,
-                      skip_sessions: Collection[str] = ()) -> Report:
+                      skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Report:
         """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
         report = Report()
         if not src.path.is_dir():
@@ -965,39 +970,36 @@ class Ledger:
                 return report
             filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
             args += list(iterations)
-        if iterations_too:
-            rows = self.conn.execute(
-                "SELECT s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
-                " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
-            stale = [r for r in rows if _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
-            fsync = self._fsync(len(stale))
-            for r in stale:
-                data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
-                report.sidecars_written += self._write(src.path / r["sidecar"], data, report, fsync)
-        if sessions:
-            sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
-                  " AND sidecar IS NOT NULL"
-            sargs: list = [src.id, version]
-            if iterations is not None:
-                sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
-                        % ",".join("?" * len(iterations)))
-                sargs += [src.id, *iterations]
-            stale = [r for r in self.conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
-                     and _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
-            fsync = self._fsync(len(stale))
-            for r in stale:
-                data = session_document(self.conn, src.id, r["session_id"], version)
-                if data is not None:
-                    report.sessions_written += self._write(src.path / r["sidecar"], data, report, fsync)
+        rows = self.conn.execute(
+            "SELECT s.iteration, s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
+            " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
+        stale = [r for r in rows if r["iteration"] not in skip_iterations
+                 and _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+        fsync = self._fsync(len(stale))
+        for r in stale:
+            data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
+            report.sidecars_written += self._write(src.path / r["sidecar"], data, report, fsync)
+        sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
+              " AND sidecar IS NOT NULL"
+        sargs: list = [src.id, version]
+        if iterations is not None:
+            sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
+                    % ",".join("?" * len(iterations)))
+            sargs += [src.id, *iterations]
+        stale = [r for r in self.conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
+                 and _disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+        fsync = self._fsync(len(stale))
+        for r in stale:
+            data = session_document(self.conn, src.id, r["session_id"], version)
+            if data is not None:
+                report.sessions_written += self._write(src.path / r["sidecar"], data, report, fsync)
         return report
 
     def _write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
         try:
             return int(sidecars.write_atomic(path, data, durable=fsync))
         except OSError as exc:
-            msg = f"cannot write {path}: {exc}"
-            report.errors.append(msg)
-            log.error(msg)
+            report.errors.append(f"cannot write {path}: {exc}")
             return 0
 
     # ------------------------------------------------------------------ rubric
@@ -1005,21 +1007,54 @@ class Ledger:
         row = self.conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    def rubric_target(self) -> tuple[str, str | None]:
+        """The rubric this ledger scores under, and why it would change (None: it is
+        the active one). The rule (README, "Rubric versions"):
+
+        * ``--rubric X`` on a command that scores activates X ("explicit"), and X
+          stays active after the command;
+        * the configured rubric (``[scoring] rubric``) activates when the
+          configured value itself changed since the ledger last saw it
+          ("configured"), or when nothing is active yet;
+        * otherwise the active rubric stays, even where the configuration names
+          another one (an explicit activation is not undone by the next run)."""
+        explicit, configured = self.cfg.explicit_rubric, self.cfg.scoring.rubric
+        active = self.state("active_rubric")
+        if explicit:
+            return explicit, None if explicit == active else "explicit"
+        if active is None or self.state("configured_rubric") != configured:
+            return configured, None if configured == active else "configured"
+        return active, None
+
     def ensure_rubric(self, *, progress: Progress | None = None) -> Report | None:
-        """Record the configured rubric as active; backfill (or resume) if it changed."""
+        """Make ``self.rubric`` the active rubric (the rule is ``rubric_target``'s) and
+        backfill (or resume a backfill) under it; also remember the configured value.
+        Every sidecar is brought in line with the ledger after a backfill, including
+        those whose score under this rubric was already in the ledger from an
+        earlier activation."""
         want, have = self.rubric.version, self.state("active_rubric")
-        if have != want:
+        configured = self.cfg.scoring.rubric
+        reason = "explicit" if self.cfg.explicit_rubric else "configured"
+        if have != want or self.state("configured_rubric") != configured:
             with store.write_transaction(self.conn):
                 projector = Projector(self.conn)
                 last = self.state("active_rubric_seq") or "0"
-                events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
-                                {"version": want, "previous": have})]
-                has_scores = self.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None
-                if has_scores:
+                if have == want:  # only the configured value moved: note it, nothing to rescore
+                    events = [Event("rubric.configured", "ledger", "ledger",
+                                    f"rubric-configured|{configured}|{self.state('configured_rubric')}|{last}",
+                                    {"configured": configured, "active": want})]
+                else:
+                    events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
+                                    {"version": want, "previous": have, "reason": reason,
+                                     "configured": configured})]
                     total = self.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
-                    events.append(Event("backfill.started", "ledger", "ledger",
-                                        f"backfill|{want}|{last}|started",
-                                        {"rubric": want, "previous": have, "iterations": total}))
+                    if self.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None:
+                        events.append(Event("backfill.started", "ledger", "ledger",
+                                            f"backfill|{want}|{last}|started",
+                                            {"rubric": want, "previous": have, "iterations": total}))
+                        self.announce(f"rubric {have} -> {want} ({reason}): rescoring {total:,} iterations")
+                    elif have is not None:
+                        self.announce(f"rubric {have} -> {want} ({reason})")
                 for ev in events:
                     if append(self.conn, ev):
                         projector.apply(ev)
@@ -1043,6 +1078,7 @@ class Ledger:
                 report.add(self.score(src, progress=(lambda d, t, b=base: progress(b + d, total)) if progress else None))
             except SourceError as exc:
                 report.errors.append(str(exc))
+                report.add(self.sync_sidecars(src))  # what the ledger holds under this rubric, at least
             base += count
         if pending and not report.errors:
             with store.write_transaction(self.conn):

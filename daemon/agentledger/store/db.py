@@ -78,6 +78,45 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+# PRAGMAs that only read, even when given an argument (a table, an index, a schema).
+_READING_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+    "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check", "database_list",
+    "collation_list", "function_list", "module_list", "pragma_list", "compile_options",
+})
+
+
+class Refusals:
+    """Why the last statement was refused by ``refuse_side_effects``' authorizer."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+
+def refuse_side_effects(conn: sqlite3.Connection) -> Refusals:
+    """Deny, while a statement is prepared (before SQLite touches any file), what a
+    read-only connection would still let through or fail at late: ATTACH (which
+    creates the file it names), VACUUM and VACUUM INTO (SQLite authorizes them as an
+    ATTACH), DETACH, and PRAGMAs that set something (``journal_mode = delete`` is
+    otherwise a "disk I/O error"). Reading PRAGMAs stay allowed."""
+    refusals = Refusals()
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
+        if action == sqlite3.SQLITE_ATTACH:
+            refusals.reason = ("VACUUM is refused: the ledger is read-only here" if arg1 == "" or arg1 is None
+                               else f"ATTACH and VACUUM INTO are refused: they would create {arg1!r}")
+        elif action == sqlite3.SQLITE_DETACH:
+            refusals.reason = "DETACH is refused: nothing can be attached here"
+        elif action == sqlite3.SQLITE_PRAGMA and arg2 is not None and (arg1 or "").lower() not in _READING_PRAGMAS:
+            refusals.reason = f"PRAGMA {arg1} = {arg2} is refused: the ledger is read-only here"
+        else:
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY
+
+    conn.set_authorizer(authorize)
+    return refusals
+
+
 @contextmanager
 def write_transaction(conn: sqlite3.Connection, *, attempts: int = 8) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` … ``COMMIT``; rolls back on error.

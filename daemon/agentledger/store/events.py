@@ -26,6 +26,7 @@ CURRENT: dict[str, int] = {
     "file.removed": 1,
     "source.quarantined": 1,
     "rubric.activated": 1,
+    "rubric.configured": 1,
     "score.computed": 1,
     "backfill.started": 1,
     "backfill.completed": 1,

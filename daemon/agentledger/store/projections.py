@@ -314,6 +314,11 @@ class Projector:
     def _rubric_activated(self, ev: Event, p: dict[str, Any]) -> None:
         self._state("active_rubric", p["version"])
         self._state("active_rubric_seq", str(ev.seq))
+        if "configured" in p:  # activations before the rule of Ledger.rubric_target did not say
+            self._state("configured_rubric", p["configured"])
+
+    def _rubric_configured(self, ev: Event, p: dict[str, Any]) -> None:
+        self._state("configured_rubric", p["configured"])
 
     def _backfill_started(self, ev: Event, p: dict[str, Any]) -> None:
         self._state("backfill", canonical_json({**p, "started_seq": ev.seq}))

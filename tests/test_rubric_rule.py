@@ -1,0 +1,162 @@
+"""Which rubric is active, and sidecars that always equal what `rebuild` would write.
+
+The rule (README, "Rubric versions"): ``--rubric X`` on a command that scores
+activates X and it stays; the configured rubric activates when the configured
+value itself changes (or nothing is active yet); `rebuild` never activates.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentledger import synth
+from tests.conftest import run_cli
+
+RUBRICS = ("2.1.0", "3.0.0", "2.0.2")
+
+
+def _setup(tmp_path: Path, n: int = 30):
+    gen = synth.generate(tmp_path / "gen", n, seed=11)
+    cfg = tmp_path / "agentledger.toml"
+    db = tmp_path / "ledger.sqlite"
+
+    def configure(rubric: str) -> None:
+        cfg.write_text(f'[store]\npath = "{db}"\n\n[scoring]\nrubric = "{rubric}"\n\n'
+                       f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
+
+    configure("2.1.0")
+    return gen, cfg, db, configure
+
+
+def _cli(cfg: Path, *args: str) -> tuple[int, str, str]:
+    return run_cli("--config", str(cfg), *args)
+
+
+def expected_sidecars(db: Path, tmp_path: Path) -> tuple[str | None, dict[str, bytes]]:
+    """What a fresh `rebuild` of a copy of the ledger holds: the active rubric and the
+    bytes of every sidecar under it (file name -> bytes)."""
+    from agentledger.store.db import connect
+    from agentledger.store.events import upcast
+    from agentledger.store.projections import rebuild, render_score_payload, session_document
+
+    copy = tmp_path / "fresh.sqlite"
+    copy.unlink(missing_ok=True)
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    conn = connect(copy, create=False)
+    try:
+        rebuild(conn)
+        row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
+        active = row[0] if row else None
+        out: dict[str, bytes] = {}
+        for r in conn.execute("SELECT s.sidecar, e.type, e.schema_version, e.payload FROM scores s"
+                              " JOIN events e ON e.seq = s.seq WHERE s.rubric_version = ?", (active,)):
+            out[r["sidecar"]] = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
+        for r in conn.execute("SELECT source, session_id, sidecar FROM sessions WHERE rubric_version = ?"
+                              " AND sidecar IS NOT NULL", (active,)).fetchall():
+            data = session_document(conn, r["source"], r["session_id"], active)
+            if data is not None:
+                out[r["sidecar"]] = data
+    finally:
+        conn.close()
+        copy.unlink()
+        for extra in (copy.with_name(copy.name + "-wal"), copy.with_name(copy.name + "-shm")):
+            extra.unlink(missing_ok=True)
+    return active, out
+
+
+def on_disk(log: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in log.glob("*.score.yaml")}
+
+
+def test_a_sidecar_reported_unchanged_holds_the_ledgers_bytes(tmp_path: Path) -> None:
+    """The reported sequence: 2.1.0, --rubric 3.0.0, plain, --rubric 3.0.0 score 5."""
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    code, _, err = _cli(cfg, "--rubric", "3.0.0", "ingest")
+    assert code == 0 and "rubric 2.1.0 -> 3.0.0 (explicit): rescoring 30 iterations" in err
+    code, out, err = _cli(cfg, "ingest")
+    assert code == 0 and "rubric 3.0.0" in out and "->" not in err  # the explicit activation stays
+    code, out, _ = _cli(cfg, "--rubric", "3.0.0", "score", "5")
+    assert code == 0 and "(rubric 3.0.0)" in out
+    assert "rubric_version: 3.0.0" in (gen.log / "iter-5.score.yaml").read_text()
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "3.0.0" and on_disk(gen.log) == want
+
+
+def test_switching_back_to_a_rubric_the_ledger_already_scored_rewrites_every_sidecar(tmp_path: Path) -> None:
+    """Scores under 3.0.0 stay in the ledger after a switch back to 2.1.0; switching to
+    3.0.0 again computes nothing new, and must still bring every file back to 3.0.0."""
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "2.1.0")[0] == 0
+    assert all(b"rubric_version: 2.1.0" in b for b in on_disk(gen.log).values())
+    code, out, err = _cli(cfg, "--rubric", "3.0.0", "score", "5")
+    assert code == 0, err
+    assert "rubric 2.1.0 -> 3.0.0 (explicit)" in err
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "3.0.0" and on_disk(gen.log) == want
+    assert all(b"rubric_version: 3.0.0" in b for b in on_disk(gen.log).values())
+
+
+def test_a_configured_rubric_activates_when_the_configured_value_changes(tmp_path: Path) -> None:
+    gen, cfg, db, configure = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    code, out, err = _cli(cfg, "status")
+    assert "3.0.0 (activated with --rubric; configured: 2.1.0" in out
+    assert _cli(cfg, "ingest")[0] == 0
+    assert expected_sidecars(db, tmp_path)[0] == "3.0.0"
+    configure("2.0.2")
+    code, _, err = _cli(cfg, "ingest")
+    assert code == 0 and "rubric 3.0.0 -> 2.0.2 (configured): rescoring 30 iterations" in err
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "2.0.2" and on_disk(gen.log) == want
+
+
+def test_rebuild_refuses_a_rubric_flag(tmp_path: Path) -> None:
+    _, cfg, _, _ = _setup(tmp_path, 5)
+    assert _cli(cfg, "ingest")[0] == 0
+    code, _, err = _cli(cfg, "--rubric", "3.0.0", "rebuild")
+    assert code == 2 and "backfill --rubric" in err
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_command_sequences_keep_sidecars_equal_to_a_fresh_rebuild(tmp_path: Path, seed: int) -> None:
+    """Random ingest / score / backfill / rebuild steps with random --rubric flags and
+    configuration edits. After each: the files equal a fresh rebuild's, and the active
+    rubric is the one the documented rule names (a model of the rule, kept here)."""
+    rng = random.Random(seed)
+    gen, cfg, db, configure = _setup(tmp_path, 12)
+    configured, active, seen = "2.1.0", None, None
+    for step in range(10):
+        if rng.random() < 0.25:
+            configured = rng.choice(RUBRICS)
+            configure(configured)
+        command = rng.choice(("ingest", "score", "backfill", "rebuild"))
+        flag = rng.choice((None, None, *RUBRICS))
+        args = (["--rubric", flag] if flag else []) + [command] + (["5"] if command == "score" else [])
+        code, out, err = _cli(cfg, *args)
+        if command == "rebuild":
+            assert code == (2 if flag else 0), (args, err)
+        else:
+            assert code == 0, (args, err)
+            if flag:
+                active = flag
+            elif active is None or seen != configured:
+                active = configured
+            seen = configured
+        if active is None:
+            continue
+        have, want = expected_sidecars(db, tmp_path)
+        assert have == active, (step, args)
+        assert on_disk(gen.log) == want, (step, args)
