@@ -118,3 +118,72 @@ def single_file_log(tmp_path: Path, fixture: str, n: int) -> Path:
     d.mkdir()
     shutil.copy(TESTDATA / f"{fixture}.yaml", d / f"iter-{n}.yaml")
     return d
+
+
+# -- no process of the project outlives the test run -----------------------------------
+RUN_TAG = "AGENTLEDGER_TEST_RUN"
+
+
+def tagged_processes(tag: str, *, exclude_own: bool = False) -> list[tuple[int, str]]:
+    """Processes whose environment carries ``RUN_TAG=tag`` (every process a test starts
+    inherits it, and so do their forkservers and workers): (pid, command line).
+    ``exclude_own``: leave out this process and the worker pool it runs itself (its
+    forkserver, resource tracker and their children die with it)."""
+    needle = f"{RUN_TAG}={tag}".encode()
+    me = os.getpid()
+    own = {me}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if needle in env:
+            found.append((pid, ppid, cmd))
+    if exclude_own:
+        changed = True
+        while changed:  # own: this process, and the multiprocessing helpers under it
+            changed = False
+            for pid, ppid, cmd in found:
+                if pid not in own and ppid in own and "multiprocessing" in cmd:
+                    own.add(pid)
+                    changed = True
+    return [(pid, cmd) for pid, ppid, cmd in found if pid not in own]
+
+
+def wait_until(condition, timeout: float, interval: float = 0.05):
+    """Poll ``condition`` until it returns something truthy (returned) or ``timeout`` passes (None)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value or None
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_suite():
+    """Fails the run if any process a test started (tagged through the environment)
+    is still alive once the suite is done."""
+    import uuid
+
+    tag = uuid.uuid4().hex
+    os.environ[RUN_TAG] = tag
+    yield
+    from agentledger import parallel
+
+    parallel.shutdown()
+    left = wait_until(lambda: not tagged_processes(tag, exclude_own=True), 10)
+    if not left:
+        survivors = "\n".join(f"  {pid}: {cmd[:200]}" for pid, cmd in tagged_processes(tag, exclude_own=True))
+        pytest.fail(f"processes started by the tests outlived them:\n{survivors}")

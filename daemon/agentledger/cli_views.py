@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -112,9 +111,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"agentledger: error: no ledger at {path}", file=sys.stderr)
         return EXIT_FAIL
     _ro(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
-    meta = Path(tempfile.mkdtemp(prefix="agentledger-ui-")) / "metadata.json"
-    meta.write_text(json.dumps(ui.metadata_for(path), indent=2))
-    cmd = ui.command(path, meta, args.host, args.port)
+    # The metadata reaches Datasette through a pipe, not a temp file: the exec below
+    # leaves nothing behind to clean, whatever ends Datasette.
+    meta_fd = ui.metadata_pipe(ui.metadata_for(path))
+    cmd = ui.command(path, Path(f"/dev/fd/{meta_fd}"), args.host, args.port)
     print(f"agentledger ui: serving {path} read-only on http://{args.host}:{args.port}/ (Ctrl-C stops)",
           file=sys.stderr)
     sys.stderr.flush()

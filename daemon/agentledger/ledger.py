@@ -99,6 +99,7 @@ class Ledger:
         self._sums: dict[tuple[str, ...], FactSums] = {}  # transcript directories -> window sums
         self._check_conn: sqlite3.Connection | None = None  # the writer thread's view of the ledger
         self._writer = sidecars.BackgroundWriter(self._still_current) if background_writes else None
+        self._swept: set[str] = set()  # sidecar directories cleared of killed writers' temp files
 
     def close(self) -> None:
         if self._writer is not None:
@@ -296,6 +297,7 @@ class Ledger:
         for repo in self._repos.values():
             repo.forget()
         self._ends.clear()
+        self._swept.clear()  # at every start and reconcile of the daemon
         unreadable = set()
         for src in self.cfg.iteration_logs:
             if not src.path.is_dir():
@@ -844,6 +846,7 @@ class Ledger:
         """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
         the pass's last transaction (its own one when nothing needed a new score)."""
         report = Report()
+        self._sweep(src)
         version = self.rubric.version
         marker = self.cfg.scoring.linked_traces_marker
         inputs = self.gather(src, iterations)
@@ -961,6 +964,7 @@ class Ledger:
         if not src.path.is_dir():
             report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
             return report
+        self._sweep(src)
         if iterations is None and self._writer is not None:
             self._writer.wait()  # compare the disk with the ledger once queued writes have landed
         version = self.rubric.version
@@ -994,6 +998,17 @@ class Ledger:
             if data is not None:
                 report.sessions_written += self._write(src.path / r["sidecar"], data, report, fsync)
         return report
+
+    def _sweep(self, src: IterationLogSource) -> None:
+        """Remove temp files that killed writers left beside the sidecars (once per
+        run, and at each daemon reconcile): a SIGKILL between a temp file's creation
+        and its rename leaves one behind in the user's directory."""
+        if src.id in self._swept:
+            return
+        self._swept.add(src.id)
+        removed = sidecars.remove_stale_temps(src.path)
+        if removed:
+            log.info("removed %d temp file(s) left by killed writers in %s", removed, src.path)
 
     def _write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
         try:

@@ -5,7 +5,10 @@ embarrassingly parallel and pure; the ledger (SQLite) and git stay in the
 calling process. Small jobs (the close-task hook scores one iteration) run
 in-process: starting workers costs more than it saves below ``threshold``.
 Workers come from a *forkserver*, so they never inherit the caller's open
-SQLite connection.
+SQLite connection. They end when the process that started them ends, however
+it ends (``lifetime.exit_with_parent``), and the pool's temp directory (the
+forkserver's socket) is named after that process, so a killed run's is removed
+by its workers or by the next run that starts a pool.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ WARM_THRESHOLD = 64  # when the pool is already up (a daemon after its first sca
                      # a transcript line that rescores 180 iterations
 _pool = None
 _disabled = False
+POOL_DIR_PREFIX = "agentledger-pool-"
 
 
 def workers() -> int:
@@ -32,21 +36,55 @@ def workers() -> int:
     return max(1, min(n, int(os.environ.get("AGENTLEDGER_WORKERS", n))))
 
 
+def min_items() -> int:
+    """The smallest batch that starts the pool (``AGENTLEDGER_PARALLEL_MIN_ITEMS``)."""
+    return int(os.environ.get("AGENTLEDGER_PARALLEL_MIN_ITEMS", THRESHOLD))
+
+
 def executor():
     """The shared worker pool, or None when work should stay in this process."""
     global _pool, _disabled
     if _disabled or workers() < 2:
         return None
     if _pool is None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         try:
-            _pool = ProcessPoolExecutor(max_workers=workers(), mp_context=multiprocessing.get_context("forkserver"))
+            _pool = _start_pool(workers())
         except OSError:
             _disabled = True
             return None
     return _pool
+
+
+def _pool_dir() -> str:
+    """This process's directory for multiprocessing's files (the forkserver's socket),
+    instead of an anonymous ``pymp-*`` that a killed process leaves in /tmp forever."""
+    import atexit
+    import multiprocessing.process
+    import shutil
+    import tempfile
+
+    from . import lifetime
+
+    config = multiprocessing.process.current_process()._config
+    tmp = config.get("tempdir")
+    if tmp is None or not os.path.basename(tmp).startswith(POOL_DIR_PREFIX):
+        base = tempfile.gettempdir()
+        lifetime.remove_stale(base, POOL_DIR_PREFIX)  # those of runs that were killed
+        tmp = tempfile.mkdtemp(prefix=lifetime.stamped(POOL_DIR_PREFIX), dir=base)
+        config["tempdir"] = tmp
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    return tmp
+
+
+def _start_pool(n: int):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from . import lifetime
+
+    tmp = _pool_dir()
+    return ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("forkserver"),
+                               initializer=lifetime.exit_with_parent, initargs=(os.getpid(), tmp))
 
 
 def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | None = None) -> Iterator[R]:
@@ -91,17 +129,14 @@ def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) 
     global _pool, _disabled
     n = workers()
     if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
-        threshold = THRESHOLD if _pool is None else WARM_THRESHOLD
+        threshold = min_items() if _pool is None else WARM_THRESHOLD
     if _disabled or n < 2 or len(items) < threshold:
         return map(fn, items)
     from concurrent.futures.process import BrokenProcessPool
 
     try:
         if _pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            _pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("forkserver"))
+            _pool = _start_pool(n)
         chunk = max(64, len(items) // (n * 8))
         return iter(list(_pool.map(fn, items, chunksize=chunk)))
     except (BrokenProcessPool, OSError) as exc:

@@ -19,6 +19,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import lifetime
 from .gofmt import format_float
 from .scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
 from .goyaml.emit import dump, format_scalar
@@ -201,7 +202,9 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
             except OSError:
                 pass
     directory = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=directory)
+    # the name carries our pid: a run after us can tell a killed writer's leftover
+    # from a live writer's file (remove_stale_temps)
+    fd, tmp = tempfile.mkstemp(prefix=lifetime.stamped(TEMP_PREFIX), suffix=TEMP_SUFFIX, dir=directory)
     try:
         if data:
             # Allocate the blocks now: a rename over an existing file makes ext4
@@ -231,6 +234,12 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
         finally:
             os.close(dfd)
     return True
+
+
+def remove_stale_temps(directory: Path) -> int:
+    """Remove our temp files that a killed writer left in ``directory`` (only names
+    with our prefix, and only when the process named in them is gone); how many."""
+    return len(lifetime.remove_stale(directory, TEMP_PREFIX, TEMP_SUFFIX))
 
 
 def is_temp_name(name: str) -> bool:

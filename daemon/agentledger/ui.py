@@ -22,6 +22,23 @@ def metadata_for(db: Path) -> dict:
     return meta
 
 
+def metadata_pipe(meta: dict) -> int:
+    """A pipe's read end (inheritable) holding ``meta`` as JSON, for ``--metadata
+    /dev/fd/N``. The whole document fits the pipe's buffer, so it is written before
+    Datasette starts and read once by it."""
+    import os
+
+    data = json.dumps(meta, indent=2).encode("utf-8")
+    read_end, write_end = os.pipe()
+    try:
+        if len(data) > 65536 or os.write(write_end, data) != len(data):
+            raise OSError(f"Datasette metadata of {len(data)} bytes does not fit a pipe")
+    finally:
+        os.close(write_end)
+    os.set_inheritable(read_end, True)
+    return read_end
+
+
 def command(db: Path, metadata_file: Path, host: str, port: int) -> list[str]:
     """The Datasette command line. No ``--immutable``, no ``--root``, no write plugins:
     queries (canned ones included) run on ``mode=ro`` connections."""
