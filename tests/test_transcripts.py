@@ -10,7 +10,7 @@ import pytest
 
 from agentledger.sources.transcript_parse import Invalid, fact, parse_go_time
 
-from .conftest import TESTDATA, need_fixtures, run_cli
+from .conftest import TESTDATA, need_fixtures, run_cli, wait_until
 
 
 def rows(out: str) -> dict[str, dict]:
@@ -244,3 +244,146 @@ def test_window_sums_follow_appends_deletes_and_replacements(tmp_path: Path) -> 
         check()
     assert len(sums.fresh) <= sums.DELTA_MAX
     conn.close()
+
+
+# -- the last line without a newline (spec: "read a final line that lacks a \n") -------------
+USER_ERR = ('{"type":"user","timestamp":"2026-05-17T04:20:00.000Z","message":{"role":"user","content":'
+            '[{"type":"tool_result","tool_use_id":"t9","is_error":true}]}}')
+USER_OK = ('{"type":"user","timestamp":"2026-05-17T04:30:00.000Z","message":{"role":"user","content":'
+           '[{"type":"tool_result","tool_use_id":"t10","is_error":false}]}}')
+
+
+def clean_facts(path: Path) -> list[tuple]:
+    """The facts of a whole file read the way the rubric reads it, in one go."""
+    out = []
+    offset = 0
+    for raw in path.read_bytes().split(b"\n"):
+        data = raw[:-1] if raw.endswith(b"\r") else raw
+        if data:
+            try:
+                f = fact(data)
+            except Invalid:
+                f = None
+            if f is not None:
+                out.append((offset, f.ts_ns, f.kind, f.input_tokens, f.output_tokens, f.cache_read,
+                            f.cache_creation, f.turns, f.tool_results, f.tool_errors))
+        offset += len(raw) + 1
+    return out
+
+
+def ledger_facts(db: Path, file: str = "session.jsonl") -> list[tuple]:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return [tuple(r) for r in c.execute(
+            "SELECT byte_offset, ts_ns, kind, input_tokens, output_tokens, cache_read, cache_creation, turns,"
+            " tool_results, tool_errors FROM transcript_facts WHERE file = ? ORDER BY byte_offset", (file,))]
+
+
+def test_a_complete_last_line_without_newline_counts(scenario) -> None:
+    """The s4 shape: the window's last line is a tool error and has no newline."""
+    log, run, tmp = scenario
+    args = run("backfill_claude", cmd=())
+    session = tmp / "backfill_claude" / "session.jsonl"
+    session.write_bytes(session.read_bytes() + USER_ERR.encode())  # no newline after it
+    assert run_cli("ingest", *args)[0] == 0
+    two = rows(run_cli("score", "2", "--json", *args)[1])
+    # 4 tool results in (03:30, 05:00], 2 of them errors (one on the unterminated line)
+    assert two["correction_pressure"]["detail"] == "0 retries, 0 user corrections, 50% tool-error rate"
+    assert ledger_facts(tmp / "l.sqlite") == clean_facts(session)
+
+
+@pytest.mark.parametrize("then", [
+    [b"\n"],                                    # the newline arrives later
+    [b"   ", b"\r\n"],                          # whitespace, then the newline: still the same record
+    [b"\n" + USER_OK.encode() + b"\n"],         # the newline and another line
+    [b"trailing garbage\n"],                    # the same line continues: now it is not JSON at all
+    [b'{"type":"x"}', b"\n"],                   # continues into two objects on one line: invalid
+    [USER_OK.encode()[:40], USER_OK.encode()[40:] + b"\n"],  # a second line written in two pieces
+])
+def test_an_open_last_line_is_counted_exactly_once_whatever_follows(scenario, then) -> None:
+    log, run, tmp = scenario
+    args = run("backfill_claude", cmd=())
+    session = tmp / "backfill_claude" / "session.jsonl"
+    session.write_bytes(session.read_bytes() + USER_ERR.encode())
+    assert run_cli("ingest", *args)[0] == 0
+    assert ledger_facts(tmp / "l.sqlite") == clean_facts(session)
+    for piece in then:
+        with session.open("ab") as fh:
+            fh.write(piece)
+        assert run_cli("ingest", *args)[0] == 0
+    assert ledger_facts(tmp / "l.sqlite") == clean_facts(session)
+    assert run_cli("rebuild", "--db", str(tmp / "l.sqlite"))[0] == 0
+    assert ledger_facts(tmp / "l.sqlite") == clean_facts(session)
+    # the sidecars equal those of a ledger that read the final file in one go
+    sidecars = {p.name: p.read_bytes() for p in log.glob("*.score.yaml")}
+    for p in log.glob("*.score.yaml"):
+        p.unlink()
+    fresh = [a if a != str(tmp / "l.sqlite") else str(tmp / "fresh.sqlite") for a in args]
+    assert run_cli("ingest", *fresh)[0] == 0
+    assert {p.name: p.read_bytes() for p in log.glob("*.score.yaml")} == sidecars
+
+
+def test_sigkill_between_open_line_writes_ends_with_the_clean_facts(tmp_path: Path, make_repo) -> None:
+    """A writer appends in pieces (some ending mid-line, some after a complete object
+    with no newline) while `agentledger ingest` runs and is killed at random moments."""
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from agentledger import synth
+
+    rng = random.Random(12)
+    repo = make_repo()
+    repo.commit("one", {"a": "1"}, date="2025-10-09T09:00:00Z")
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text(f"schema_version: 2\niteration: 1\ncommit: {repo.git('rev-parse', 'HEAD')}\n")
+    source = tmp_path / "src.jsonl"
+    synth.claude_transcript(source, 120, seed=3)
+    data = source.read_bytes()
+    tdir = tmp_path / "t"
+    tdir.mkdir()
+    session = tdir / "session.jsonl"
+    cuts = sorted(rng.sample(range(1, len(data)), 24))
+    newline_ends = [i for i in range(len(data)) if data[i:i + 1] == b"\n"]
+    cuts += rng.sample(newline_ends, 8)  # cuts just before a newline: a complete, open last line
+    cuts = sorted(set(cuts)) + [len(data)]
+    args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(tmp_path / "l.sqlite"),
+            "--transcripts", str(tdir)]
+    done = 0
+    kills = 0
+
+    def checkpoint():
+        import sqlite3
+
+        if not (tmp_path / "l.sqlite").exists():
+            return None
+        try:
+            with sqlite3.connect(f"file:{tmp_path / 'l.sqlite'}?mode=ro", uri=True) as c:
+                return c.execute("SELECT byte_offset, open_line FROM source_checkpoints WHERE path = ?",
+                                 ("session.jsonl",)).fetchone()
+        except sqlite3.Error:
+            return None
+
+    for cut in cuts:
+        with session.open("ab") as fh:
+            fh.write(data[done:cut])
+        done = cut
+        before = checkpoint()
+        proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ingest", *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        how = rng.random()
+        if how < 0.4:  # right after it committed what it read (a condition, not a delay)
+            wait_until(lambda: checkpoint() != before or proc.poll() is not None, 60, 0.005)
+        elif how < 0.7:
+            time.sleep(rng.uniform(0.0, 0.6))  # a random moment of the run
+        if how < 0.7:
+            kills += proc.poll() is None
+            proc.kill()
+        proc.wait()
+    assert kills >= 5
+    assert run_cli("ingest", *args)[0] == 0
+    assert session.read_bytes() == data
+    assert ledger_facts(tmp_path / "l.sqlite") == clean_facts(session)

@@ -450,30 +450,33 @@ class Ledger:
         if not directory.is_dir():
             return Report()
         return self._ingest_tailed(str(directory), directory, transcripts.discover(directory),
-                                   transcripts.events_for)
+                                   transcripts.events_for, complete=transcripts.complete_line)
 
-    def _ingest_tailed(self, source: str, root: Path, rels: list[str], events_for, mode: str = "jsonl") -> Report:
+    def _ingest_tailed(self, source: str, root: Path, rels: list[str], events_for, mode: str = "jsonl",
+                       complete: Callable[[bytes], bool] | None = None) -> Report:
         """Tail ``rels`` under ``root``. ``mode`` is recorded with each file's position:
         a file last read in another mode (e.g. before its trajectories were opted in)
-        is read again from the start; idempotency keys keep the old events unique."""
+        is read again from the start; idempotency keys keep the old events unique.
+        ``complete``: which unterminated last lines count already (``jsonl.tail``)."""
         from .sources import jsonl
 
         report = Report()
         src_id = source
         for rel in rels:
             row = self.conn.execute(
-                "SELECT byte_offset, line_no, fingerprint, kind FROM source_checkpoints WHERE source = ? AND path = ?",
-                (src_id, rel)).fetchone()
+                "SELECT byte_offset, line_no, fingerprint, kind, open_line FROM source_checkpoints"
+                " WHERE source = ? AND path = ?", (src_id, rel)).fetchone()
             if row is not None and row[3] != mode:
                 row = None
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
-            pos = jsonl.Position(row[0], row[1], row[2]) if row else jsonl.Position()
+            pos = jsonl.Position(row[0], row[1], row[2], row[4]) if row else jsonl.Position()
             try:
-                moved = self._tail_in_parallel(src_id, root / rel, rel, pos, events_for, report, mode)
+                moved = None if pos.open else self._tail_in_parallel(src_id, root / rel, rel, pos, events_for,
+                                                                     report, mode)
                 if moved is not None:
                     pos, previous = moved, None
                 batches = jsonl.tail(root / rel, pos, max_line_bytes=self.cfg.limits.max_line_bytes,
-                                     max_batch_bytes=16 << 20, max_lines=5000)
+                                     max_batch_bytes=16 << 20, max_lines=5000, complete=complete)
                 for batch in batches:
                     self._commit_jsonl(src_id, rel, batch, events_for(src_id, rel, batch, previous), report, mode)
                     previous = None  # a reset is reported once, on the batch that restarted
@@ -539,7 +542,7 @@ class Ledger:
                       mode: str = "jsonl") -> None:
         """The events of one batch (or a worker's prepared form of them) and the position
         after it: one transaction (exactly once)."""
-        if not events and batch.end.offset == 0 and batch.reset is None:
+        if not events and batch.end.offset == 0 and batch.reset is None and batch.reopened is None:
             return
         with store.write_transaction(self.conn):
             projector = Projector(self.conn)
@@ -553,13 +556,13 @@ class Ledger:
             dev, ino, size, mtime = batch.stat or (None, None, None, None)
             self.conn.execute(
                 "INSERT INTO source_checkpoints (source, path, kind, dev, ino, size, mtime_ns, byte_offset,"
-                " line_no, fingerprint, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " line_no, fingerprint, open_line, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (source, path) DO UPDATE SET kind = excluded.kind, dev = excluded.dev, ino = excluded.ino,"
                 " size = excluded.size, mtime_ns = excluded.mtime_ns, byte_offset = excluded.byte_offset,"
-                " line_no = excluded.line_no, fingerprint = excluded.fingerprint,"
+                " line_no = excluded.line_no, fingerprint = excluded.fingerprint, open_line = excluded.open_line,"
                 " last_seq = coalesce(excluded.last_seq, last_seq)",
                 (source, rel, mode, dev, ino, size, mtime, batch.end.offset, batch.end.line_no,
-                 batch.end.fingerprint, last))
+                 batch.end.fingerprint, batch.end.open, last))
         self.touched.merge(projector.queued)
         report.files_read += 1
 

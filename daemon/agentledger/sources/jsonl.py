@@ -7,7 +7,14 @@ the checkpoint in the same transaction as the events made from the lines, so
 a crash re-reads at most one uncommitted batch, and idempotency keys drop what
 was already appended.
 
-* A partial last line (no ``\\n`` yet) is not consumed: it waits.
+* A partial last line (no ``\\n`` yet) is not consumed: it waits, unless the
+  caller's ``complete`` predicate says it is one whole record already (a JSON
+  object: nothing but whitespace can follow its closing brace on a valid line).
+  Such a line is consumed as an ``OpenLine`` and the position remembers it
+  (``Position.open``: its length and hash). The next read looks at it again:
+  the same bytes, later ended by a newline, are not taken twice; bytes that
+  turn out to continue it make it a new line at the same offset, and the batch
+  says so (``Batch.reopened``) so that what was made of the old one is replaced.
 * A line longer than ``max_line_bytes`` is reported (``Oversize``) and skipped
   to its newline without being held in memory.
 * A file now shorter than the offset (truncated) or whose first bytes changed
@@ -22,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -36,12 +43,19 @@ class Position:
     offset: int = 0
     line_no: int = 0
     fingerprint: str | None = None  # "<length>:<sha256 of the first length bytes>"
+    open: str | None = None  # the last line consumed had no newline: "<length>:<sha256 of it>"
 
 
 class Line(NamedTuple):  # a tuple: one is made per line, and that cost shows in bulk reads
     offset: int  # byte offset of the line's first byte
     line_no: int  # 1-based
     data: bytes  # without the trailing newline
+
+
+class OpenLine(Line):
+    """A last line without its newline that is one complete record already."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class Batch:
     reset: str | None = None  # "truncated" | "replaced" when this batch restarted at 0
     size: int = 0  # file size when read (lag = size - end.offset)
     stat: tuple[int, int, int, int] | None = None  # dev, ino, size, mtime_ns
+    reopened: int | None = None  # offset of an open line that turned out to continue (its records are replaced)
 
 
 def fingerprint(fh, length: int) -> str | None:
@@ -80,7 +95,12 @@ def _same_prefix(fh, fp: str | None) -> bool:
     return len(head) == int(length) and hashlib.sha256(head).hexdigest()[:32] == digest
 
 
-def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None) -> Iterator[Line | Oversize]:
+def _digest(data: bytes) -> str:
+    return f"{len(data)}:{hashlib.sha256(data).hexdigest()[:32]}"
+
+
+def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None,
+           complete: Callable[[bytes], bool] | None = None) -> Iterator[Line | Oversize]:
     """The complete lines of ``fh`` (positioned at ``offset``) up to ``end``, or up to a
     partial last line, which is left unread. Lines come from the buffered reader's
     ``readline`` with a length cap: C code, one copy per line, and a line is freed
@@ -97,6 +117,8 @@ def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None) -> I
             yield Line(offset, line_no, line[:-1])
             offset += len(line)
         elif len(line) < cap:
+            if complete is not None and complete(line):
+                yield OpenLine(offset, line_no + 1, line)
             return  # a partial last line waits for its newline
         else:  # over-long: skip to its newline without holding it
             length = len(line)
@@ -111,12 +133,33 @@ def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None) -> I
 
 
 def _after(item: Line | Oversize) -> int:
+    if isinstance(item, OpenLine):
+        return item.offset + len(item.data)
     return item.offset + (len(item.data) if isinstance(item, Line) else item.length) + 1
 
 
+def _reopen(fh, pos: Position, cap: int) -> tuple[Position, int | None] | None:
+    """Where to read on from a position after an open line: past it when the same
+    bytes have since been ended by a newline (already taken), None when nothing
+    changed, else from the line's start again (returned as the reopened offset)."""
+    length = int(pos.open.partition(":")[0])  # type: ignore[union-attr]
+    start = pos.offset - length
+    fh.seek(start)
+    line = fh.readline(cap)
+    ended = line.endswith(b"\n")
+    body = line[:-1] if ended else line
+    if _digest(body[:length]) == pos.open and not body[length:].strip():
+        if not ended:
+            return None
+        return Position(start + len(line), pos.line_no, pos.fingerprint), None
+    return Position(start, pos.line_no - 1, pos.fingerprint), start
+
+
 def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 20,
-         max_batch_bytes: int = 8 << 20, max_lines: int = 2000) -> Iterator[Batch]:
-    """Batches of complete lines from ``pos`` on; stops at a partial line or end of file.
+         max_batch_bytes: int = 8 << 20, max_lines: int = 2000,
+         complete: Callable[[bytes], bool] | None = None) -> Iterator[Batch]:
+    """Batches of complete lines from ``pos`` on; stops at a partial line or end of file
+    (an open last line that ``complete`` accepts is taken: see the module's notes).
     Raises ``OSError`` when the file cannot be opened (missing, a directory, …)."""
     with open(path, "rb", buffering=CHUNK) as fh:
         st = os.fstat(fh.fileno())
@@ -128,20 +171,34 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
             reset = "replaced"
         if reset:
             pos = Position()
+        reopened = None
+        if pos.open:
+            moved = _reopen(fh, pos, max_line_bytes + 1)
+            if moved is None:
+                yield Batch(end=pos, size=st.st_size, stat=stat)
+                return
+            pos, reopened = moved
         offset, line_no = pos.offset, pos.line_no
         fh.seek(offset)
-        batch = Batch(reset=reset, size=st.st_size, stat=stat)
+        batch = Batch(reset=reset, size=st.st_size, stat=stat, reopened=reopened)
         items, start = [], offset
-        for item in _lines(fh, offset, line_no, max_line_bytes + 1):
-            items.append(item)
-            offset, line_no = _after(item), item.line_no
+
+        def end(item: Line | Oversize | None) -> Position:
+            is_open = isinstance(item, OpenLine)
+            here = Position(offset, line_no, fingerprint(fh, offset), _digest(item.data) if is_open else None)
+            fh.seek(offset)  # fingerprint() moved the read position
+            return here
+
+        last = None
+        for last in _lines(fh, offset, line_no, max_line_bytes + 1, complete=complete):
+            items.append(last)
+            offset, line_no = _after(last), last.line_no
             if offset - start >= max_batch_bytes or len(items) >= max_lines:
-                batch.items, batch.end = items, Position(offset, line_no, fingerprint(fh, offset))
-                fh.seek(offset)  # fingerprint() moved the read position
+                batch.items, batch.end = items, end(last)
                 yield batch
                 batch = Batch(size=st.st_size, stat=stat)
                 items, start = [], offset
-        batch.items, batch.end = items, Position(offset, line_no, fingerprint(fh, offset))
+        batch.items, batch.end = items, end(last)
         yield batch
 
 

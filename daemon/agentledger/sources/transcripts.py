@@ -34,6 +34,21 @@ def discover(root: Path) -> list[str]:
     return out
 
 
+def complete_line(data: bytes) -> bool:
+    """Whether an unterminated last line is one whole record already: the rubric
+    reads a final line that lacks its newline, and a JSON object cannot be the
+    start of a longer valid line (only whitespace may follow its closing brace)."""
+    import json
+
+    body = data.strip()
+    if not body.startswith(b"{") or not body.endswith(b"}"):
+        return False
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False
+
+
 def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> list[Event]:
     from .transcript_parse import Invalid, fact
     from .vally import _quarantine
@@ -61,9 +76,20 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
         if f is not None:
             facts.append([item.offset, f.ts_ns, f.kind, f.input_tokens, f.output_tokens, f.cache_read,
                           f.cache_creation, f.turns, f.tool_results, f.tool_errors])
-    if facts:
-        first, last = facts[0][0], facts[-1][0]
+    if batch.reopened is not None:
+        # an unterminated last line taken earlier turned out to continue: what it gave
+        # is superseded by this batch's reading of the line at the same offset (if any)
+        first = batch.reopened
         out.append(Event("transcript.turns", f"{source}:{rel}", source,
-                         f"{source}|{rel}|{first}-{last}|{batch.end.fingerprint}",
+                         f"{source}|{rel}|{first}-{facts[-1][0] if facts else first}|{batch.end.fingerprint}"
+                         f"|reopened@{batch.end.offset}",
+                         {"file": rel, "facts": facts, "superseded": [first]}, source_path=rel,
+                         source_position=f"@{first}"))
+    elif facts:
+        first, last = facts[0][0], facts[-1][0]
+        key = f"{source}|{rel}|{first}-{last}|{batch.end.fingerprint}"
+        if batch.end.open:  # its last line may be read again, longer, at the same offsets
+            key += f"|open@{batch.end.offset}"
+        out.append(Event("transcript.turns", f"{source}:{rel}", source, key,
                          {"file": rel, "facts": facts}, source_path=rel, source_position=f"@{first}"))
     return out

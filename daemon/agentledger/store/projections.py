@@ -430,6 +430,12 @@ class Projector:
 
     def _transcript_turns(self, ev: Event, p: dict[str, Any]) -> None:
         self.touched.transcript_times.setdefault(ev.source, []).extend(f[1] for f in p["facts"])
+        if p.get("superseded"):  # an open last line that continued: its old fact no longer stands
+            where = ("source = ? AND file = ? AND byte_offset IN (SELECT value FROM json_each(?))",
+                     (ev.source, p["file"], canonical_json(p["superseded"])))
+            self.touched.transcript_times[ev.source].extend(
+                r[0] for r in self.conn.execute("SELECT ts_ns FROM transcript_facts WHERE " + where[0], where[1]))
+            self.conn.execute("DELETE FROM transcript_facts WHERE " + where[0], where[1])
         self.conn.executemany(
             "INSERT OR REPLACE INTO transcript_facts (source, file, byte_offset, ts_ns, kind, input_tokens,"
             " output_tokens, cache_read, cache_creation, turns, tool_results, tool_errors, seq)"
