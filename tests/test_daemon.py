@@ -332,6 +332,26 @@ def test_a_read_only_store_is_waited_for_and_a_failing_step_retried(tmp_path: Pa
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
 
 
+def _reachable_install(site: Path) -> tuple[str, dict[str, str]]:
+    """The package and what it imports, copied where an unprivileged user can read them
+    (the checkout and its venv may lie in a 0700 directory), and the base interpreter
+    (the venv's ``bin/python`` lies there too). Returns (interpreter, environment)."""
+    import shutil
+    import sysconfig
+
+    import agentledger
+    from agentledger.paths import schema_dir
+
+    skip = shutil.ignore_patterns("pip", "pip-*", "setuptools", "setuptools-*", "_pytest", "pytest", "pytest-*",
+                                  "hypothesis", "hypothesis-*", "datasette", "datasette-*", "__editable__*",
+                                  "*.pth", "agentledger*", "__pycache__")
+    shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=skip)
+    shutil.copytree(Path(agentledger.__file__).parent, site / "agentledger", ignore=skip)
+    shutil.copytree(schema_dir(), site / "agentledger" / "schema")
+    python = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(python), {"PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1"}
+
+
 def test_an_unreadable_source_directory_is_retried_and_others_are_unaffected() -> None:
     """Run as an unprivileged user (root reads everything), one of two logs mode 000."""
     if os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists():
@@ -354,14 +374,19 @@ def test_an_unreadable_source_directory_is_retried_and_others_are_unaffected() -
                        f'[[iteration_logs]]\npath = "{a}"\nrepo = "{repo.path}"\n'
                        f'[[iteration_logs]]\npath = "{b}"\nrepo = "{repo.path}"\n')
         (base / "home").mkdir()
+        python, env = _reachable_install(base / "site")
         for p in [base, *base.rglob("*")]:
             os.chown(p, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
+        as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+        env = {**os.environ, **env, "HOME": str(base / "home")}
+        probe = subprocess.run([*as_nobody, python, "-c", "import agentledger.cli"], env=env, capture_output=True,
+                               text=True)
+        if probe.returncode != 0:
+            pytest.skip(f"no Python interpreter the unprivileged user can run: {probe.stderr.strip()[-200:]}")
         daemon_log = base / "daemon.log"
         proc = subprocess.Popen(
-            ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-             sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
-            stdout=daemon_log.open("w"), stderr=subprocess.STDOUT,
-            env={**os.environ, "HOME": str(base / "home")})
+            [*as_nobody, python, "-m", "agentledger", "run", "--config", str(cfg)],
+            stdout=daemon_log.open("w"), stderr=subprocess.STDOUT, env=env)
         try:
             assert wait_until(lambda: (b / "iter-1.score.yaml").is_file(), timeout=30)
             b.chmod(0o000)  # b becomes unreadable while the service runs
