@@ -177,8 +177,13 @@ def no_process_outlives_the_suite():
     is still alive once the suite is done."""
     import uuid
 
+    import tempfile
+
     tag = uuid.uuid4().hex
     os.environ[RUN_TAG] = tag
+    tmp = Path(tempfile.gettempdir())
+    ours = ("pymp-", "agentledger-pool-", "agentledger-ui-", "agentledger-eacces-")
+    before = {p.name for p in tmp.iterdir() if p.name.startswith(ours)}
     yield
     from agentledger import parallel
 
@@ -187,3 +192,7 @@ def no_process_outlives_the_suite():
     if not left:
         survivors = "\n".join(f"  {pid}: {cmd[:200]}" for pid, cmd in tagged_processes(tag, exclude_own=True))
         pytest.fail(f"processes started by the tests outlived them:\n{survivors}")
+    mine = f"agentledger-pool-{os.getpid()}-"  # this process's own pool directory goes at its exit
+    new = {p.name for p in tmp.iterdir() if p.name.startswith(ours) and not p.name.startswith(mine)} - before
+    if new:
+        pytest.fail(f"the tests left temp directories behind in {tmp}: {sorted(new)}")
