@@ -81,6 +81,21 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_run(tmp_path: Path) -
         live.stdout.close()
 
 
+def test_the_daemon_removes_dead_writers_temp_files_at_start(tmp_path: Path) -> None:
+    gen = synth.generate(tmp_path / "gen", 4)
+    stale = gen.log / f".agentledger-{_dead_pid()}-zz.tmp"
+    stale.write_text("half a sidecar")
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--iteration-log", str(gen.log),
+                             "--repo", str(gen.repo), "--db", str(tmp_path / "l.sqlite")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: not stale.exists() and (gen.log / "iter-4.score.yaml").exists(), 60)
+        assert not list(gen.log.glob(".agentledger-*"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
 # -- SIGKILL at random moments: no process of the killed run survives it ------------------
 def _kill_runs(cmd: list[str], env: dict[str, str], tmp_path: Path, *, seed: int, busy: int = 2,
                fresh_db: bool = True) -> dict[str, int]:
