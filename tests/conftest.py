@@ -171,19 +171,37 @@ def wait_until(condition, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+def leftover_temp_dirs() -> set[str]:
+    """Our temp directories in $TMPDIR whose owner is gone: a killed run's. Those of
+    live processes (this run's own pool, another test run beside this one) are not
+    leftovers; names without a pid (old versions' ``agentledger-ui-*``) always are."""
+    import tempfile
+
+    from agentledger import lifetime
+
+    out = set()
+    for p in Path(tempfile.gettempdir()).iterdir():
+        if not p.name.startswith(("agentledger-pool-", "agentledger-ui-", "agentledger-eacces-")):
+            continue
+        pid = p.name.removeprefix("agentledger-pool-").partition("-")[0]
+        try:
+            alive = pid.isdigit() and lifetime.owner_alive(int(pid), p.stat().st_mtime)
+        except OSError:
+            continue
+        if not alive:
+            out.add(p.name)
+    return out
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_process_outlives_the_suite():
     """Fails the run if any process a test started (tagged through the environment)
-    is still alive once the suite is done."""
+    is still alive once the suite is done, or left a temp directory behind."""
     import uuid
-
-    import tempfile
 
     tag = uuid.uuid4().hex
     os.environ[RUN_TAG] = tag
-    tmp = Path(tempfile.gettempdir())
-    ours = ("pymp-", "agentledger-pool-", "agentledger-ui-", "agentledger-eacces-")
-    before = {p.name for p in tmp.iterdir() if p.name.startswith(ours)}
+    before = leftover_temp_dirs()
     yield
     from agentledger import parallel
 
@@ -192,7 +210,6 @@ def no_process_outlives_the_suite():
     if not left:
         survivors = "\n".join(f"  {pid}: {cmd[:200]}" for pid, cmd in tagged_processes(tag, exclude_own=True))
         pytest.fail(f"processes started by the tests outlived them:\n{survivors}")
-    mine = f"agentledger-pool-{os.getpid()}-"  # this process's own pool directory goes at its exit
-    new = {p.name for p in tmp.iterdir() if p.name.startswith(ours) and not p.name.startswith(mine)} - before
+    new = leftover_temp_dirs() - before
     if new:
-        pytest.fail(f"the tests left temp directories behind in {tmp}: {sorted(new)}")
+        pytest.fail(f"the tests left temp directories behind: {sorted(new)}")

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentledger import lifetime, sidecars, synth
-from tests.conftest import RUN_TAG, run_cli, tagged_processes, wait_until
+from tests.conftest import RUN_TAG, leftover_temp_dirs, run_cli, tagged_processes, wait_until
 
 KILLS = 20
 
@@ -127,10 +126,7 @@ def _kill_runs(cmd: list[str], env: dict[str, str], tmp_path: Path, *, seed: int
     return counts
 
 
-def _pool_dirs() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir())
-            if p.startswith(("pymp-", "agentledger-pool-", "agentledger-ui-"))}
-
+_pool_dirs = leftover_temp_dirs
 
 @pytest.fixture(scope="module")
 def big_results(tmp_path_factory) -> Path:
