@@ -153,7 +153,7 @@ def test_background_writes_land_in_order_and_are_counted(tmp_path: Path) -> None
     assert big.scored >= 30 and big.sidecars_written == 0  # queued, not yet counted
     (tmp_path / "scratch").mkdir()
     for k in range(1500):  # a backlog the small pass has to wait for
-        led._writer.submit(tmp_path / "scratch" / f"{k}.yaml", b"x\n", False)
+        led.sidecars.writer.submit(tmp_path / "scratch" / f"{k}.yaml", b"x\n", False)
     (gen.log / "iter-20.yaml").write_text(original[20])
     led.ingest(src)
     small = led.rescore(src)
@@ -175,13 +175,13 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
 
     gen, src, daemon = _daemon_ledger(tmp_path)
     gate = threading.Event()
-    check = daemon._writer._still_current
+    check = daemon.sidecars.writer._still_current
 
     def held(key):  # the writer thread stops at its first keyed write until the hook is done
         gate.wait(30)
         return check(key)
 
-    daemon._writer._still_current = held
+    daemon.sidecars.writer._still_current = held
     original = _retry_thirty(gen)
     daemon.ingest(src)
     assert daemon.rescore(src).scored >= 30  # queued, held
@@ -194,6 +194,6 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     gate.set()
     daemon.close()
     assert (gen.log / "iter-20.score.yaml").read_bytes() == newest
-    assert daemon._writer.superseded >= 1
+    assert daemon.sidecars.writer.superseded >= 1
     check_ = _sync_from_fresh_ledger(tmp_path, src)
     assert (check_.sidecars_written, check_.sessions_written) == (0, 0)

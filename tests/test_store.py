@@ -139,7 +139,9 @@ def test_checkpoint_and_events_commit_together(tmp_path: Path, empty_repo, monke
     cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
     ledger = Ledger(cfg)
     src = cfg.iteration_logs[0]
-    real = Ledger._commit_one
+    from agentledger.ledger.iterlogs import IterationLogs
+
+    real = IterationLogs._commit_one
     calls = []
 
     def failing(self, src, obs, projector, report):
@@ -148,14 +150,14 @@ def test_checkpoint_and_events_commit_together(tmp_path: Path, empty_repo, monke
         if len(calls) == 2:
             raise OSError("disk on fire")
 
-    monkeypatch.setattr(Ledger, "_commit_one", failing)
+    monkeypatch.setattr(IterationLogs, "_commit_one", failing)
     with pytest.raises(OSError):
         ledger.ingest(src)
     c = ledger.conn
     assert c.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 0
     assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 0
-    monkeypatch.setattr(Ledger, "_commit_one", real)
+    monkeypatch.setattr(IterationLogs, "_commit_one", real)
     ledger.ingest(src)
     assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 2
     assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 2

@@ -1,0 +1,10 @@
+"""The ledger's main job, one direction: source → events → projections → score → sidecar.
+
+``Ledger`` (``facade``) is what the CLI and the daemon hold; each of its parts has
+one job and a module of its own (docs/architecture.md has the map).
+"""
+
+from .facade import Ledger
+from .report import Progress, Report, SourceError
+
+__all__ = ["Ledger", "Progress", "Report", "SourceError"]

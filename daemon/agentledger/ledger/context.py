@@ -1,0 +1,42 @@
+"""What every part of the ledger shares: the configuration, the one connection, the
+active rubric, what ingestion touched, and the git view of each repository.
+
+One object, handed to each part at construction, instead of a class that holds
+every job: the parts stay small and say in their signatures what they use.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import Config, IterationLogSource
+from ..git import GitRepo
+from ..scoring.rubric import Rubric
+from ..sources.iterlog import ReadLimits
+from ..store.projections import Touched
+
+log = logging.getLogger("agentledger")
+
+
+@dataclass
+class Context:
+    cfg: Config
+    conn: sqlite3.Connection
+    rubric: Rubric  # the rubric this ledger scores under (Rubrics.target decides it)
+    limits: ReadLimits
+    touched: Touched = field(default_factory=Touched)  # what ingestion changed since the last notification
+    announce: Callable[[str], None] = log.info  # rubric changes: the CLI prints them on stderr
+    repos: dict[str, GitRepo] = field(default_factory=dict)
+
+    def repo(self, src: IterationLogSource) -> GitRepo:
+        repo = self.repos.get(src.id)
+        if repo is None:
+            repo = self.repos[src.id] = GitRepo(str(src.repo), src.trunk)
+        return repo
+
+    def state(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None

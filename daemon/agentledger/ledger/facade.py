@@ -1,0 +1,221 @@
+"""``Ledger``: the one object the CLI and the daemon hold. It wires the parts
+together and runs the main job in one direction — source → events → projections
+→ score → sidecar — and owns nothing else:
+
+* ``IterationLogs``, ``Tailing``, ``Annotations`` turn what each source kind
+  observed into events, projections and checkpoints, one transaction a batch;
+* ``Planner`` says which iterations a change can affect;
+* ``ScoringPass`` gathers their inputs (``Inputs``), scores them with the pure
+  scorer and appends ``score.computed`` events;
+* ``SidecarSync`` makes the files on disk equal the ledger;
+* ``Rubrics`` activates a rubric and backfills under it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..config import AnnotationSource, Config, IterationLogSource, VallySource
+from ..git import GitRepo
+from ..parallel import shutdown as shutdown_workers
+from ..scoring import rubric as rubric_data
+from ..scoring.inputs import ScoringInputs
+from ..sources import iterlog as S
+from ..store import db as store
+from ..store.projections import Touched
+from . import rubrics
+from .annotations import Annotations
+from .context import Context
+from .inputs import Inputs
+from .iterlogs import IterationLogs
+from .planner import Planner
+from .report import Progress, Report, SourceError
+from .scoring_pass import ScoringPass
+from .sidecar_sync import SidecarSync
+from .tailing import Tailing
+
+
+class Ledger:
+    def __init__(self, cfg: Config, conn: sqlite3.Connection | None = None, *, background_writes: bool = False):
+        """``background_writes`` (the daemon): large scoring passes hand their sidecars
+        to a writer thread (``SidecarSync``); otherwise a pass returns with them written."""
+        conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
+        ctx = Context(cfg, conn, rubric=None, limits=S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes))  # type: ignore[arg-type]
+        ctx.rubric = rubric_data.load(rubrics.target(ctx)[0])
+        self.ctx = ctx
+        self.inputs = Inputs(ctx)
+        self.planner = Planner(ctx)
+        self.tailing = Tailing(ctx)
+        self.iterlogs = IterationLogs(ctx, self.inputs, self.tailing)
+        self.annotations = Annotations(ctx)
+        self.sidecars = SidecarSync(ctx, background=background_writes)
+        self.scoring = ScoringPass(ctx, self.inputs, self.sidecars)
+        self.rubrics = rubrics.Rubrics(ctx, self.scoring, self.sidecars)
+
+    # -- what callers read ------------------------------------------------------------------
+    @property
+    def cfg(self) -> Config:
+        return self.ctx.cfg
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.ctx.conn
+
+    @property
+    def rubric(self) -> rubric_data.Rubric:
+        return self.ctx.rubric
+
+    @rubric.setter
+    def rubric(self, value: rubric_data.Rubric) -> None:
+        self.ctx.rubric = value
+
+    @property
+    def touched(self) -> Touched:
+        return self.ctx.touched
+
+    @touched.setter
+    def touched(self, value: Touched) -> None:
+        self.ctx.touched = value
+
+    @property
+    def announce(self) -> Callable[[str], None]:
+        return self.ctx.announce
+
+    @announce.setter
+    def announce(self, fn: Callable[[str], None]) -> None:
+        self.ctx.announce = fn
+
+    def state(self, key: str) -> str | None:
+        return self.ctx.state(key)
+
+    def repo(self, src: IterationLogSource) -> GitRepo:
+        return self.ctx.repo(src)
+
+    def close(self) -> None:
+        self.sidecars.close()
+        for repo in self.ctx.repos.values():
+            repo.close()
+        shutdown_workers()
+        self.ctx.conn.close()
+
+    # -- sources ------------------------------------------------------------------------------
+    def register_sources(self) -> None:
+        """Note the configured sources in the ledger (only when something changed)."""
+        cfg, conn = self.ctx.cfg, self.ctx.conn
+        known = {tuple(r) for r in conn.execute("SELECT source, kind, root, repo, trunk FROM sources")}
+        rows = [(s.id, "iteration_log", str(s.path), str(s.repo), s.trunk) for s in cfg.iteration_logs]
+        rows += [(s.id, "vally", str(s.path), None, None) for s in cfg.vally]
+        rows += [(s.id, "annotations", str(s.path), None, None) for s in cfg.annotations]
+        rows += [(str(d), "transcripts", str(d), None, None)
+                 for d in dict.fromkeys(d for s in cfg.iteration_logs for d in s.transcripts)]
+        todo = [r for r in rows if r not in known]
+        if not todo:
+            return
+        now = datetime.now(timezone.utc).isoformat()
+        with store.write_transaction(conn):
+            conn.executemany(
+                "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at) VALUES (?,?,?,?,?,?)",
+                [(*r, now) for r in todo])
+
+    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
+        return self.iterlogs.ingest(src, iterations=iterations)
+
+    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Report:
+        return self.iterlogs.ingest_hint(src, names, repo_rels)
+
+    def ingest_vally(self, src: VallySource) -> Report:
+        return self.tailing.vally(src)
+
+    def ingest_transcripts(self, directory: Path) -> Report:
+        return self.tailing.transcripts(directory)
+
+    def ingest_annotations(self, src: AnnotationSource, rels: Iterable[str] | None = None) -> Report:
+        return self.annotations.ingest(src, rels)
+
+    # -- scoring --------------------------------------------------------------------------------
+    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[tuple[ScoringInputs, str]]:
+        return self.inputs.gather(src, iterations)
+
+    def affected(self, src: IterationLogSource) -> list[int]:
+        return self.planner.affected(src)
+
+    def record_trunk(self, src: IterationLogSource) -> None:
+        self.planner.record_trunk(src)
+
+    def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
+              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Report:
+        return self.scoring.score(src, iterations, progress=progress, finish=finish)
+
+    def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None) -> Report:
+        return self.sidecars.sync(src, iterations)
+
+    def collect_writes(self) -> Report:
+        return self.sidecars.collect_writes()
+
+    def rubric_target(self) -> tuple[str, str | None]:
+        return rubrics.target(self.ctx)
+
+    def ensure_rubric(self, *, progress: Progress | None = None) -> Report | None:
+        return self.rubrics.ensure(progress=progress)
+
+    def backfill(self, *, progress: Progress | None = None) -> Report:
+        return self.rubrics.backfill(progress=progress)
+
+    # -- the main job, once ---------------------------------------------------------------------
+    def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Report:
+        """Ingest every source, activate the rubric the rule names (backfilling if it
+        changed), rescore what the changes affect, and bring every sidecar in line."""
+        cfg = self.ctx.cfg
+        total = Report()
+        for repo in self.ctx.repos.values():
+            repo.forget()
+        self.planner.forget()
+        self.sidecars.forget()  # at every start and reconcile of the daemon
+        unreadable = set()
+        for src in cfg.iteration_logs:
+            if not src.path.is_dir():
+                total.errors.append(f"{src.path}: iteration-log directory does not exist")
+                continue
+            report = self.iterlogs.ingest(src)
+            if report.errors and not _readable(src.path):
+                unreadable.add(src.id)  # nothing to score or write there until it can be read
+            total.add(report)
+        for vsrc in cfg.vally:
+            total.add(self.tailing.vally(vsrc))
+        for asrc in cfg.annotations:
+            total.add(self.annotations.ingest(asrc))
+        backfill = self.rubrics.ensure(progress=progress)
+        if backfill:
+            total.add(backfill)
+        for src in cfg.iteration_logs:
+            if src.path.is_dir() and src.id not in unreadable:
+                everything = rescore_all or backfill is not None
+                total.add(self.rescore(src, everything=everything))
+                if not everything:  # a full pass ends by syncing every sidecar itself
+                    total.add(self.sidecars.sync(src))
+        return total
+
+    def rescore(self, src: IterationLogSource, *, everything: bool = False) -> Report:
+        """Score what changed (or every iteration); errors are reported, never raised."""
+        try:
+            with self.ctx.repo(src).one_view():
+                finish = functools.partial(self.planner.record_trunk_rows, src)
+                if everything:
+                    return self.scoring.score(src, finish=finish)
+                todo = self.planner.affected(src)
+                if todo:
+                    return self.scoring.score(src, todo, finish=finish)
+                self.planner.record_trunk(src)
+                return Report()
+        except SourceError as exc:
+            return Report(errors=[str(exc)])
+
+
+def _readable(path: Path) -> bool:
+    import os
+
+    return os.access(path, os.R_OK | os.X_OK)

@@ -1,0 +1,189 @@
+"""Scoring inputs, gathered from the projections and batched git facts: each
+iteration's effective record, its side files, the artifacts it points at, whether
+its commit landed, and its transcript window's totals (spec §4.7)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+
+from ..config import IterationLogSource
+from ..git import GitRepo
+from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
+from ..scoring.inputs import ScoringInputs, TranscriptTotals
+from ..sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
+from ..windows import FactSums
+from .context import Context
+from .report import SourceError
+
+
+def iso_ns(iso: str | None) -> int | None:
+    """A commit time (ISO 8601, whole seconds as git gives them) in UTC nanoseconds."""
+    if iso is None:
+        return None
+    return int(datetime.fromisoformat(iso).timestamp()) * 1_000_000_000
+
+
+class Inputs:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._sums: dict[tuple[str, ...], FactSums] = {}  # transcript directories -> window sums
+
+    def effective_json(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, str]:
+        """The effective record JSON of each iteration (all, or ``iterations``)."""
+        sql = "SELECT iteration, record FROM iteration_records WHERE source = ?"
+        args: list = [src.id]
+        if iterations is not None:
+            sql += " AND iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(list(iterations)))
+        return {r[0]: r[1] for r in self.ctx.conn.execute(sql + " ORDER BY iteration", args)}
+
+    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[tuple[ScoringInputs, str]]:
+        """Scoring inputs of each iteration, with its record's stored JSON (for the inputs hash)."""
+        texts = self.effective_json(src, iterations)
+        if not texts:
+            return []
+        records = {it: Record.from_json(json.loads(t)) for it, t in texts.items()}
+        repo = self.ctx.repo(src)
+        problem = repo.check()
+        if problem:
+            raise SourceError(f"cannot score {src.label}: {problem}")
+        hooks = self._side("hook_outcomes", src, records, HookOutcomes)
+        labels = self._side("labels", src, records, Labels)
+        wanted = None
+        if iterations is not None:
+            wanted = {p for rec in records.values()
+                      for p in [resolve_artifact_path(v.result_artifact) for v in rec.verifiers]
+                      + [resolve_artifact_path(rec.review.decision_artifact)] if p}
+        arts, tasks = self._artifacts(src, wanted)
+        batch = len(records) > 8
+        resolutions = repo.resolve([r.commit for r in records.values()])
+
+        def artifact(raw: str, kind: str) -> Artifact | None:
+            rel = resolve_artifact_path(raw)
+            a = arts.get(rel) if rel else None
+            return a if a is not None and a.kind == kind else None
+
+        def write_scope(task_id: str) -> tuple[str, ...] | None:
+            if not task_id.strip():
+                return None
+            for t in tasks:
+                for tid, scope in t.tasks:
+                    if tid == task_id and scope:
+                        return tuple(scope)
+            return None
+
+        trunk = repo.trunk_log()
+        windows = self._windows(src, repo, records, resolutions, partial_log=iterations is not None)
+        sums = self._fact_sums(src)
+        partial = []
+        for it, rec in records.items():
+            res = resolutions[rec.commit]
+            landed = repo.landed(rec.commit, rec.impl.summary, res, trunk, batch=batch)
+            partial.append((it, rec, res, landed, write_scope(rec.task_id) if landed.resolved else None))
+        changed = repo.changed_files([p[3].resolved for p in partial if p[4] is not None])
+        out = []
+        for it, rec, res, landed, scope in partial:
+            out.append((ScoringInputs(
+                record=rec, trunk=src.trunk, hook=hooks.get(it), labels=labels.get(it),
+                verifier_artifacts=tuple(artifact(v.result_artifact, VERIFIER_RESULT) for v in rec.verifiers),
+                review_artifact=artifact(rec.review.decision_artifact, REVIEW_DECISION),
+                landed=landed, write_scope=scope,
+                changed_files=changed.get(landed.resolved) if scope is not None else None,
+                commit_time=res.commit_time,
+                transcript=(TranscriptTotals(*sums.total(*windows[it])) if sums else TranscriptTotals())
+                if it in windows else None,
+            ), texts[it]))
+        return out
+
+    def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:
+        its = list(iterations)
+        if not its:
+            return {}
+        rows = self.ctx.conn.execute(
+            f"SELECT iteration, outcome FROM {table} WHERE source = ? AND iteration IN (%s)" % ",".join("?" * len(its)),
+            [src.id, *its])
+        return {r[0]: from_jsonable(cls, json.loads(r[1])) for r in rows}
+
+    def _artifacts(self, src: IterationLogSource, paths: set[str] | None) -> tuple[dict[str, Artifact], list[Artifact]]:
+        """Artifacts at ``paths`` (all when None) and every plan's TASKS.yaml, in path order."""
+        sql = "SELECT path, artifact FROM artifacts WHERE source = ? AND (kind = ?"
+        args: list = [src.id, TASKS]
+        if paths is None:
+            sql += " OR 1)"
+        else:
+            sql += " OR path IN (SELECT value FROM json_each(?)))"
+            args.append(json.dumps(sorted(paths)))
+        arts: dict[str, Artifact] = {}
+        tasks: list[Artifact] = []
+        for r in self.ctx.conn.execute(sql + " ORDER BY path", args):
+            a = from_jsonable(Artifact, json.loads(r[1]))
+            arts[r[0]] = a
+            if a.kind == TASKS:
+                tasks.append(a)
+        return arts, tasks
+
+    # -- transcript windows (spec §4.7) ----------------------------------------------------
+    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, Record],
+                 resolutions: dict, *, partial_log: bool) -> dict[int, tuple[int | None, int]]:
+        """(start, end] in UTC ns for each record whose commit time resolves.
+
+        Windows chain in ascending iteration order over the whole log; unresolved
+        records get none and do not move the chain. For a subset of iterations
+        (``score N``) the chain starts at the nearest lower iteration that resolves."""
+        ends = {it: iso_ns(resolutions[rec.commit].commit_time) for it, rec in records.items()}
+        order = sorted(records)
+        starts = {}
+        if partial_log:  # where the chain restarts: the first iteration, and after each gap
+            starts = self._previous_ends(src, repo, [it for k, it in enumerate(order)
+                                                     if k == 0 or it - 1 not in records])
+        out: dict[int, tuple[int | None, int]] = {}
+        prev = None
+        for it in order:
+            if it in starts:
+                prev = starts[it]
+            end = ends[it]
+            if end is None:
+                continue
+            out[it] = (prev, end)
+            prev = end
+        return out
+
+    def _previous_ends(self, src: IterationLogSource, repo: GitRepo, iterations: list[int]) -> dict[int, int | None]:
+        """Where each iteration's window starts when its predecessors are not being
+        scored with it. Usually the iteration just below resolves: one query for all."""
+        rows = self.ctx.conn.execute(
+            "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps([it - 1 for it in iterations]))).fetchall()
+        res = repo.resolve([r[1] for r in rows])
+        below = {it: iso_ns(res[c].commit_time) for it, c in rows}
+        return {it: below[it - 1] if below.get(it - 1) is not None else self._previous_end(src, repo, it)
+                for it in iterations}
+
+    def _previous_end(self, src: IterationLogSource, repo: GitRepo, iteration: int) -> int | None:
+        """Commit time of the nearest iteration below ``iteration`` whose commit resolves."""
+        below = iteration
+        while True:
+            rows = self.ctx.conn.execute(
+                "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration < ?"
+                " ORDER BY iteration DESC LIMIT 32", (src.id, below)).fetchall()
+            if not rows:
+                return None
+            res = repo.resolve([r[1] for r in rows])
+            for it, commit in rows:
+                t = iso_ns(res[commit].commit_time)
+                if t is not None:
+                    return t
+            below = rows[-1][0]
+
+    def _fact_sums(self, src: IterationLogSource) -> FactSums | None:
+        """The source's transcript window sums, brought up to date (None: no transcripts)."""
+        dirs = tuple(str(d) for d in (*src.transcripts, *src.vally_transcripts))
+        if not dirs:
+            return None
+        sums = self._sums.get(dirs)
+        if sums is None:
+            sums = self._sums[dirs] = FactSums(dirs)
+        sums.refresh(self.ctx.conn)
+        return sums

@@ -1,0 +1,155 @@
+"""Ingest of iteration-log directories: which files changed, their events, and the
+verification artifacts and plans the records point at in the repository.
+
+Files are observed (stat, read, parse) in worker processes for bulk work and
+committed here in batches, each with the checkpoints of its files.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from ..config import IterationLogSource, VallySource
+from ..parallel import pmap
+from ..sources import iterlog as S
+from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..store.projections import Projector, Touched
+from . import commit
+from .context import Context
+from .inputs import Inputs
+from .report import Report, chunks
+from .tailing import Tailing
+
+
+class IterationLogs:
+    def __init__(self, ctx: Context, inputs: Inputs, tailing: Tailing) -> None:
+        self.ctx = ctx
+        self.inputs = inputs
+        self.tailing = tailing
+
+    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
+        """Read what changed in one source: all of it, or only what ``iterations`` need."""
+        report = Report()
+        conn = self.ctx.conn
+        if iterations is None:
+            try:
+                cands = S.log_candidates(src)
+            except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
+                report.errors.append(f"{src.path}: cannot list the iteration-log directory: "
+                                     f"{exc.strerror or exc}")
+                return report
+            seen = {c.rel for c in cands}
+            gone = [r[0] for r in conn.execute(
+                "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?)",
+                (src.id, *S.LOG_KINDS)) if r[0] not in seen]
+            cands += S.log_candidates(src, gone)
+            self._commit(src, self._observe(src, cands, None, report), report)
+        else:
+            names = ["historical.yaml"]
+            for n in iterations:
+                names += [f"iter-{n}.yaml", f"iter-{n}.hook-outcomes.yaml", f"iter-{n}.labels.yaml"]
+            cands = S.log_candidates(src, names)
+            self._commit(src, self._observe(src, cands, [c.rel for c in cands], report), report)
+            if any(self.inputs.effective_json(src, [n]) == {} for n in iterations):
+                # The record may live in a file not named after it: look at the whole directory.
+                return report.add(self.ingest(src))
+        # Artifacts: what the records point at, and the plans' write scopes.
+        cands = S.artifact_candidates(src, self.artifact_refs(src, iterations)) + S.tasks_candidates(src)
+        rels = None if iterations is None else [c.rel for c in cands]
+        self._commit(src, self._observe(src, cands, rels, report), report)
+        for directory in src.transcripts:
+            report.add(self.tailing.transcripts(directory))
+        for directory in src.vally_transcripts:
+            if directory.is_dir():
+                report.add(self.tailing.vally(VallySource(directory)))
+        return report
+
+    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Report:
+        """Re-read what a change notification named: files of the log directory
+        (``names``) and repository files under ``.agents`` (``repo_rels``), plus the
+        artifacts the touched records point at. Nothing else is stat'ed."""
+        report = Report()
+        # Only what *this* hint changes: the accumulated set holds every iteration an
+        # initial scan touched, and looking up all their artifacts cost a close ~200 ms
+        # at 10,000 iterations.
+        self.ctx.touched = Touched()
+        cands = S.log_candidates(src, sorted(names))
+        if cands:
+            self._commit(src, self._observe(src, cands, [c.rel for c in cands], report), report)
+        touched = sorted({it for s, it in self.ctx.touched.iterations if s == src.id})
+        refs = self.artifact_refs(src, touched) if touched else []
+        arts = S.artifact_candidates(src, refs)
+        if repo_rels:
+            known = {rel: kind for kind, rel in ((k, resolve_artifact_path(r)) for k, r in
+                                                 self.artifact_refs(src, None)) if rel}
+            arts += [S.Candidate(known[r], r, src.repo / r) for r in repo_rels if r in known]
+            if any(r.startswith(".agents/workflow/plans/") for r in repo_rels):
+                arts += S.tasks_candidates(src)
+        if arts:
+            arts = list({c.rel: c for c in arts}.values())
+            self._commit(src, self._observe(src, arts, [c.rel for c in arts], report), report)
+        return report
+
+    def artifact_refs(self, src: IterationLogSource, iterations: list[int] | None) -> list[tuple[str, str]]:
+        """(kind, raw path) of every artifact the effective records point at."""
+        filt, args = "", [src.id]
+        if iterations is not None:
+            filt = " AND i.iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(iterations))
+        sql = (f"SELECT '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact') FROM iteration_records i,"
+               f" json_each(i.record, '$.verifiers') v WHERE i.source = ?{filt}"
+               f" UNION ALL SELECT '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
+               f" FROM iteration_records i WHERE i.source = ?{filt}")
+        return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args + args) if r[1]]
+
+    # -- observe (in workers for bulk work), then commit here --------------------------------
+    def _checkpoints(self, src: IterationLogSource, rels: list[str] | None) -> dict[str, dict]:
+        sql = "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+        args: list = [src.id]
+        if rels is not None:
+            if not rels:
+                return {}
+            sql += " AND path IN (%s)" % ",".join("?" * len(rels))
+            args += rels
+        return {r["path"]: {"stat": (r["dev"], r["ino"], r["size"], r["mtime_ns"]),
+                            "content_hash": r["content_hash"]}
+                for r in self.ctx.conn.execute(sql, args)}
+
+    def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
+                 report: Report) -> list[S.Observation]:
+        cps = self._checkpoints(src, rels)
+        jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
+        out = []
+        for obs in pmap(_observe_job, jobs):
+            if obs is not None:
+                out.append(obs)
+                report.files_read += obs.digest is not None and not obs.unchanged
+        return out
+
+    def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Report) -> None:
+        for chunk in chunks(observations):
+            with commit.transaction(self.ctx) as projector:
+                for obs in chunk:
+                    self._commit_one(src, obs, projector, report)
+
+    def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
+                    report: Report) -> None:
+        row = self.ctx.conn.execute("SELECT content_hash FROM source_checkpoints WHERE source = ? AND path = ?",
+                                    (src.id, obs.cand.rel)).fetchone()
+        prev = row[0] if row else None
+        if obs.digest is None and prev is None:
+            return  # already known to be gone
+        last_seq = None
+        if obs.digest != prev:
+            occurred = (datetime.fromtimestamp(obs.stat[3] / 1e9, timezone.utc).isoformat()
+                        if obs.stat and obs.stat[3] else None)
+            for i, ev in enumerate(obs.events):
+                ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{prev or '-'}|{i}"
+                ev.occurred_at = occurred
+            last_seq = commit.record(self.ctx, obs.events, projector, report, obs.cand.abs)
+        commit.file_checkpoint(self.ctx, src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest, last_seq)
+
+
+def _observe_job(job: tuple) -> S.Observation | None:  # in a worker process for bulk work
+    return S.observe(*job)

@@ -1,0 +1,148 @@
+"""Which iterations a change can affect, so a pass rescores only those.
+
+Ingestion queues what it touched in the ``pending`` table, in the same
+transaction as the events (a crash loses no work); a pass reads the queue, adds
+the trunk's moves and the transcript windows a new line falls in, and consumes
+the entries it handled in its own last transaction.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..config import IterationLogSource
+from ..git import GitRepo
+from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..store import db as store
+from ..windows import window_successors, windows_meeting
+from .context import Context
+from .inputs import iso_ns
+
+
+class Planner:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
+        self._consumed: tuple[str, list[int]] | None = None  # pending rows the current pass read
+        self._pending_tip: tuple[str, str | None] | None = None  # the trunk tip the current pass saw
+
+    def forget(self) -> None:
+        """Drop the commit-time index (a full scan rebuilds it from the table and git)."""
+        self.ends.clear()
+
+    def affected(self, src: IterationLogSource) -> list[int]:
+        """The iterations whose score inputs may have changed since the last pass.
+
+        From what ingestion queued: changed records (and the next iteration whose
+        commit resolves: its window starts at theirs), hook/labels files, records
+        pointing at a changed artifact (any iteration with a task id when a plan's
+        TASKS.yaml changed), transcript lines (the windows they fall in), and the
+        trunk (commits that became reachable, reverts and subjects in old..new, or
+        everything if history was rewritten); plus iterations with no score under
+        the active rubric. A full pass (``score(src)``) stays the backstop."""
+        conn = self.ctx.conn
+        dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]
+        queued = conn.execute(
+            "SELECT id, source, kind, key, lo, hi FROM pending WHERE source = ? OR source IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps(dirs))).fetchall()
+        self._consumed = (src.id, [r[0] for r in queued])
+        out = {int(r[3]) for r in queued if r[2] == "iteration" and r[1] == src.id}
+        out |= {r[0] for r in conn.execute(
+            "SELECT iteration FROM iterations WHERE source = ? AND iteration NOT IN"
+            " (SELECT iteration FROM scores WHERE source = ? AND rubric_version = ?)",
+            (src.id, src.id, self.ctx.rubric.version))}
+        paths = {r[3] for r in queued if r[2] == "artifact" and r[1] == src.id}
+        if paths:
+            if any(p.startswith(".agents/workflow/plans/") for p in paths):
+                out |= {r[0] for r in conn.execute(
+                    "SELECT iteration FROM iterations WHERE source = ? AND trim(task_id) <> ''", (src.id,))}
+            for it, _kind, raw in self._artifact_refs_by_iteration(src):
+                if resolve_artifact_path(raw) in paths:
+                    out.add(it)
+        spans = [(r[4], r[5]) for r in queued if r[2] == "transcript"]
+        tip = None
+        repo = self.ctx.repo(src)
+        if repo.check() is None:
+            tip = repo.trunk_tip()
+            row = conn.execute("SELECT trunk_tip FROM git_state WHERE source = ?", (src.id,)).fetchone()
+            if row is None or row[0] != tip:  # the trunk moved
+                old = row[0] if row else None
+                forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
+                repo.forget(keep_shas=forward)  # names may point elsewhere now
+                rows = conn.execute(
+                    "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
+                    " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
+                res = repo.resolve([r[1] for r in rows])
+                self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c, _ in rows}
+                out |= self._trunk_affected(repo, old, tip, rows, res, forward)
+            if out or spans:
+                ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
+                                                      and r[1] == src.id})
+                out |= window_successors(ends, out)
+                if spans:
+                    out |= windows_meeting(ends, spans)
+        self._pending_tip = (src.id, tip)
+        return sorted(out)
+
+    def record_trunk(self, src: IterationLogSource) -> None:
+        """After a pass that accounted for trunk moves, remember the tip it saw."""
+        with store.write_transaction(self.ctx.conn):
+            self.record_trunk_rows(src)
+
+    def record_trunk_rows(self, src: IterationLogSource) -> None:
+        """``record_trunk``'s rows, inside the caller's transaction (a scoring pass's
+        last: the queue entries it handled leave with the scores they produced)."""
+        pending = self._pending_tip
+        tip = pending[1] if pending and pending[0] == src.id else self.ctx.repo(src).trunk_tip()
+        consumed = self._consumed
+        ids = consumed[1] if consumed and consumed[0] == src.id else []
+        self.ctx.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
+        if ids:  # only what this pass read: rows queued meanwhile stay queued
+            self.ctx.conn.execute("DELETE FROM pending WHERE id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps(ids),))
+        self._consumed = None
+
+    def _commit_times(self, src: IterationLogSource, repo: GitRepo, changed: set[int]) -> list[tuple[int, int | None]]:
+        """Every iteration's commit time, in iteration order, from an in-memory index
+        built once and refreshed for ``changed`` iterations (and on trunk moves)."""
+        conn = self.ctx.conn
+        ends = self.ends.get(src.id)
+        if ends is None:
+            rows = conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?",
+                                (src.id,)).fetchall()
+            res = repo.resolve([r[1] for r in rows])
+            ends = self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c in rows}
+        elif changed:
+            rows = conn.execute(
+                "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
+                " (SELECT value FROM json_each(?))", (src.id, json.dumps(sorted(changed)))).fetchall()
+            res = repo.resolve([r[1] for r in rows])
+            present = {it for it, _ in rows}
+            for it, c in rows:
+                ends[it] = iso_ns(res[c].commit_time)
+            for it in changed - present:
+                ends.pop(it, None)  # removed
+        return sorted(ends.items())
+
+    @staticmethod
+    def _trunk_affected(repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict,
+                        forward: bool) -> set[int]:
+        if not forward or old is None or new is None:
+            return {r[0] for r in rows}  # first pass, no trunk, or rewritten history
+        shas, subjects, runs = repo.range_facts(old, new)
+        out = set()
+        for it, commit, summary in rows:
+            sha = res[commit].sha
+            if sha:
+                if sha in shas or any(sha.startswith(r) for r in runs):
+                    out.add(it)
+            elif summary and summary.strip().casefold() in subjects:
+                out.add(it)
+        return out
+
+    def _artifact_refs_by_iteration(self, src: IterationLogSource) -> list[tuple[int, str, str]]:
+        sql = (f"SELECT i.iteration, '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact')"
+               " FROM iteration_records i, json_each(i.record, '$.verifiers') v WHERE i.source = ?"
+               f" UNION ALL SELECT i.iteration, '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
+               " FROM iteration_records i WHERE i.source = ?")
+        return [(r[0], r[1], r[2]) for r in self.ctx.conn.execute(sql, (src.id, src.id)) if r[2]]

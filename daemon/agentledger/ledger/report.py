@@ -1,0 +1,37 @@
+"""What one step of the ledger did, counted for the command or the daemon's log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+BATCH = 1000  # events or sidecars per transaction in bulk work
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be scored right now (e.g. its repo is not a git work tree)."""
+
+
+@dataclass
+class Report:
+    events: int = 0
+    quarantined: int = 0
+    files_read: int = 0
+    scored: int = 0
+    unchanged: int = 0
+    sidecars_written: int = 0
+    sessions_written: int = 0
+    errors: list[str] = field(default_factory=list)  # carried, never logged here: the reader says them once
+
+    def add(self, other: Report) -> Report:
+        for k in ("events", "quarantined", "files_read", "scored", "unchanged",
+                  "sidecars_written", "sessions_written"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.errors += other.errors
+        return self
+
+
+def chunks(items: list, size: int = BATCH) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

@@ -1,0 +1,100 @@
+"""Which rubric is active, and the backfill that follows a change.
+
+The rule (README, "Rubric versions"): ``--rubric X`` on a command that scores
+activates X and X stays active; the configured rubric activates when the
+configured value itself changed since the ledger last saw it, or when nothing
+is active yet; otherwise the active rubric stays.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..store.events import Event, append
+from ..store.projections import Projector
+from . import commit
+from .context import Context
+from .report import Progress, Report, SourceError
+from .scoring_pass import ScoringPass
+from .sidecar_sync import SidecarSync
+
+
+def target(ctx: Context) -> tuple[str, str | None]:
+    """The rubric this ledger scores under, and why it would change (None: it is the
+    active one already)."""
+    explicit, configured = ctx.cfg.explicit_rubric, ctx.cfg.scoring.rubric
+    active = ctx.state("active_rubric")
+    if explicit:
+        return explicit, None if explicit == active else "explicit"
+    if active is None or ctx.state("configured_rubric") != configured:
+        return configured, None if configured == active else "configured"
+    return active, None
+
+
+class Rubrics:
+    def __init__(self, ctx: Context, scoring: ScoringPass, sync: SidecarSync) -> None:
+        self.ctx = ctx
+        self.scoring = scoring
+        self.sync = sync
+
+    def ensure(self, *, progress: Progress | None = None) -> Report | None:
+        """Make ``ctx.rubric`` the active rubric and backfill (or resume a backfill)
+        under it; also remember the configured value. None when nothing was to do."""
+        ctx = self.ctx
+        want, have = ctx.rubric.version, ctx.state("active_rubric")
+        configured = ctx.cfg.scoring.rubric
+        reason = "explicit" if ctx.cfg.explicit_rubric else "configured"
+        if have != want or ctx.state("configured_rubric") != configured:
+            with commit.transaction(ctx) as projector:
+                last = ctx.state("active_rubric_seq") or "0"
+                if have == want:  # only the configured value moved: note it, nothing to rescore
+                    events = [Event("rubric.configured", "ledger", "ledger",
+                                    f"rubric-configured|{configured}|{ctx.state('configured_rubric')}|{last}",
+                                    {"configured": configured, "active": want})]
+                else:
+                    events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
+                                    {"version": want, "previous": have, "reason": reason,
+                                     "configured": configured})]
+                    total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+                    if ctx.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None:
+                        events.append(Event("backfill.started", "ledger", "ledger",
+                                            f"backfill|{want}|{last}|started",
+                                            {"rubric": want, "previous": have, "iterations": total}))
+                        ctx.announce(f"rubric {have} -> {want} ({reason}): rescoring {total:,} iterations")
+                    elif have is not None:
+                        ctx.announce(f"rubric {have} -> {want} ({reason})")
+                for ev in events:
+                    if append(ctx.conn, ev):
+                        projector.apply(ev)
+        if ctx.state("backfill") is None:
+            return None
+        return self.backfill(progress=progress)
+
+    def backfill(self, *, progress: Progress | None = None) -> Report:
+        """Rescore every iteration of every configured source under the active rubric,
+        and bring every sidecar in line with the ledger.
+
+        Resumable: iterations already scored under it (same inputs) are skipped,
+        so a restarted backfill continues where the last one stopped."""
+        ctx = self.ctx
+        report = Report()
+        pending = json.loads(ctx.state("backfill") or "{}")
+        total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+        base = 0
+        for src in ctx.cfg.iteration_logs:
+            count = ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
+            try:
+                report.add(self.scoring.score(
+                    src, progress=(lambda d, t, b=base: progress(b + d, total)) if progress else None))
+            except SourceError as exc:
+                report.errors.append(str(exc))
+                report.add(self.sync.sync(src))  # what the ledger holds under this rubric, at least
+            base += count
+        if pending and not report.errors:
+            with commit.transaction(ctx) as projector:
+                ev = Event("backfill.completed", "ledger", "ledger",
+                           f"backfill|{pending['rubric']}|{pending['started_seq']}|completed",
+                           {"rubric": pending["rubric"], "rescored": report.scored})
+                if append(ctx.conn, ev):
+                    projector.apply(ev)
+        return report

@@ -1,0 +1,154 @@
+"""A scoring pass: gather inputs, run the pure scorer on those whose inputs hash
+changed (in worker processes for bulk work), append ``score.computed`` events in
+batches, and write the sidecars after each commit (a sidecar never runs ahead of
+the ledger)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import sidecars
+from ..config import IterationLogSource
+from ..model import encode_float
+from ..parallel import pmap
+from ..scoring import rubric as rubrics
+from ..scoring.combine import Score, score
+from ..store import db as store
+from ..store.events import Event, append_many, canonical_json, content_hash
+from ..store.projections import Projector, render_score_payload
+from .context import Context
+from .inputs import Inputs
+from .report import Progress, Report, chunks
+from .sidecar_sync import AUTO_FSYNC_MAX, SidecarSync, writes_report
+
+
+class ScoringPass:
+    def __init__(self, ctx: Context, inputs: Inputs, sync: SidecarSync) -> None:
+        self.ctx = ctx
+        self.inputs = inputs
+        self.sync = sync
+
+    def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
+              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Report:
+        """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
+        the pass's last transaction (its own one when nothing needed a new score)."""
+        ctx, sync = self.ctx, self.sync
+        report = Report()
+        sync.sweep(src)
+        version = ctx.rubric.version
+        marker = ctx.cfg.scoring.linked_traces_marker
+        inputs = self.inputs.gather(src, iterations)
+        todo = self._changed(src, version, marker, inputs, iterations, report)
+        fsync = sync.fsync(len(todo))
+        writer = None
+        if len(todo) > AUTO_FSYNC_MAX:
+            writer = sync.writer or sidecars.BackgroundWriter()
+        elif sync.writer is not None:
+            sync.writer.wait()  # a direct write must not be overtaken by an older queued one
+        sessions: set[str] = set()  # written here, from the bytes the projector rendered
+        written: set[int] = set()
+
+        def write(path: Path, data: bytes, kind: str, key: tuple) -> None:
+            if writer is not None:
+                writer.submit(path, data, fsync, kind, key)
+            elif sync.write(path, data, report, fsync):
+                setattr(report, kind, getattr(report, kind) + 1)
+
+        batches = list(chunks(todo))
+        if finish is not None and not batches:
+            with store.write_transaction(ctx.conn):
+                finish()
+        done = 0
+        try:
+            for k, batch in enumerate(batches, 1):
+                with store.write_transaction(ctx.conn):
+                    projector = Projector(ctx.conn)
+                    for ev in append_many(ctx.conn, batch):
+                        projector.apply(ev)
+                        report.events += 1
+                        report.scored += 1
+                    projector.flush()
+                    if finish is not None and k == len(batches):
+                        finish()
+                for ev in batch:  # after the commit: a sidecar never runs ahead of the ledger
+                    written.add(ev.payload["iteration"])
+                    write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
+                          ("scores", src.id, ev.payload["iteration"], version, ev.extra["sidecar_sha256"]))
+                for (_, session_id, v), (data, sha) in sorted(projector.session_bytes.items()):
+                    if v != version:
+                        continue
+                    write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written",
+                          ("sessions", src.id, session_id, version, sha))
+                    sessions.add(session_id)
+                done += len(batch)
+                if progress:
+                    progress(done, len(todo))
+        finally:
+            if writer is not None and writer is not sync.writer:
+                writer.close()
+                report.add(writes_report(*writer.take()))
+        # the sidecars of the scores that stood (the ledger may hold them from an earlier
+        # activation of this rubric, or a file was edited): still brought in line
+        report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))
+        return report
+
+    def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
+                 report: Report) -> list[Event]:
+        """The ``score.computed`` events of the iterations whose inputs hash changed."""
+        sql = "SELECT iteration, inputs_hash FROM scores WHERE source = ? AND rubric_version = ?"
+        args: list = [src.id, version]
+        if iterations is not None:
+            sql += " AND iteration IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(iterations))
+        existing = {r[0]: r[1] for r in self.ctx.conn.execute(sql, args)}
+        jobs = [(version, marker, x, record_json, existing.get(x.record.iteration)) for x, record_json in inputs]
+        todo: list[Event] = []
+        for result in pmap(_score_job, jobs):
+            if result is None:
+                report.unchanged += 1
+                continue
+            payload, payload_json, payload_hash, data, data_sha = result
+            it = payload["iteration"]
+            prev = existing.get(it)
+            todo.append(Event("score.computed", f"{src.id}:score:{it}", src.id,
+                              f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
+                              content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
+                              extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha}))
+        return todo
+
+
+def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
+    """Everything the ``score.computed`` event and its sidecar need, serialised here
+    (in a worker, for bulk work), or None when the iteration's inputs did not change."""
+    version, marker, x, record_json, prev = job
+    digest = x.digest(f"{version}+marker" if marker else version, record_json)
+    if digest == prev:
+        return None
+    payload = score_payload(score(rubrics.load(version), x), digest, marker)
+    text = canonical_json(payload)
+    data = render_score_payload(payload)
+    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)
+
+
+def score_payload(s: Score, digest: str, marker: bool) -> dict:
+    """The ``score.computed`` payload: the whole score, explainable, and what it came from."""
+    f = encode_float
+    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
+                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
+                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
+                 for r in s.breakdown]
+    integrity = [{"signal": p.signal, "role": p.role,
+                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
+                              "detail": p.claimed.detail},
+                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
+                               "detail": p.observed.detail},
+                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
+    return {
+        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
+        "scored": s.scored, "value": f(s.value), "band": s.band,
+        "breakdown": breakdown, "integrity": integrity,
+        "linked_traces": s.linked_traces, "marker": marker,
+        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+    }

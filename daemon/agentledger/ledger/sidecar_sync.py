@@ -1,0 +1,147 @@
+"""Sidecars on disk follow the ledger: rendered from its score events and session
+rows, written only where the bytes on disk differ, on a writer thread in the
+daemon. Also removes the temp files that killed writers left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Collection
+from pathlib import Path
+
+from .. import sidecars
+from ..config import IterationLogSource
+from ..store import db as store
+from ..store.events import upcast
+from ..store.projections import render_score_payload, session_document
+from .context import Context
+from .report import Report
+
+log = logging.getLogger("agentledger")
+AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
+
+
+class SidecarSync:
+    def __init__(self, ctx: Context, *, background: bool = False) -> None:
+        """``background`` (the daemon): a scoring pass of more than ``AUTO_FSYNC_MAX``
+        sidecars hands them to a writer thread and returns after its commit, so the
+        next change is read while they land; their counts and errors come with
+        ``collect_writes``."""
+        self.ctx = ctx
+        self._check_conn: sqlite3.Connection | None = None  # the writer thread's view of the ledger
+        self.writer = sidecars.BackgroundWriter(self._still_current) if background else None
+        self._swept: set[str] = set()  # directories cleared of killed writers' temp files
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            for err in self.writer.take()[1]:  # no report left to carry them
+                log.error(err)
+            if self._check_conn is not None:
+                self._check_conn.close()
+
+    def fsync(self, count: int) -> bool:
+        """Whether sidecar writes are fsynced: see ``[sidecars] fsync`` in config.example.toml."""
+        mode = self.ctx.cfg.sidecars.fsync
+        return mode == "always" or (mode == "auto" and count <= AUTO_FSYNC_MAX)
+
+    def sync(self, src: IterationLogSource, iterations: list[int] | None = None, *,
+             skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Report:
+        """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
+        report = Report()
+        if not src.path.is_dir():
+            report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
+            return report
+        self.sweep(src)
+        if iterations is None and self.writer is not None:
+            self.writer.wait()  # compare the disk with the ledger once queued writes have landed
+        conn, version = self.ctx.conn, self.ctx.rubric.version
+        filt, args = "", [src.id, version]
+        if iterations is not None:
+            if not iterations:
+                return report
+            filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
+            args += list(iterations)
+        rows = conn.execute(
+            "SELECT s.iteration, s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
+            " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
+        stale = [r for r in rows if r["iteration"] not in skip_iterations
+                 and disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+        fsync = self.fsync(len(stale))
+        for r in stale:
+            data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
+            report.sidecars_written += self.write(src.path / r["sidecar"], data, report, fsync)
+        sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
+              " AND sidecar IS NOT NULL"
+        sargs: list = [src.id, version]
+        if iterations is not None:
+            sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
+                    % ",".join("?" * len(iterations)))
+            sargs += [src.id, *iterations]
+        stale = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
+                 and disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+        fsync = self.fsync(len(stale))
+        for r in stale:
+            data = session_document(conn, src.id, r["session_id"], version)
+            if data is not None:
+                report.sessions_written += self.write(src.path / r["sidecar"], data, report, fsync)
+        return report
+
+    def write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
+        try:
+            return int(sidecars.write_atomic(path, data, durable=fsync))
+        except OSError as exc:
+            report.errors.append(f"cannot write {path}: {exc}")
+            return 0
+
+    def sweep(self, src: IterationLogSource) -> None:
+        """Remove temp files that killed writers left beside the sidecars (once per
+        run, and at each daemon reconcile: ``forget``): a SIGKILL between a temp
+        file's creation and its rename leaves one behind in the user's directory."""
+        if src.id in self._swept:
+            return
+        self._swept.add(src.id)
+        removed = sidecars.remove_stale_temps(src.path)
+        if removed:
+            log.info("removed %d temp file(s) left by killed writers in %s", removed, src.path)
+
+    def forget(self) -> None:
+        self._swept.clear()
+
+    def collect_writes(self) -> Report:
+        """Sidecar writes (and their errors) the writer thread finished since the last call."""
+        return writes_report(*self.writer.take()) if self.writer is not None else Report()
+
+    def _still_current(self, key: tuple) -> bool:
+        """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still
+        what the ledger holds (asked on the writer thread, through its own read-only
+        connection). The close-task hook scores and writes in another process while
+        the daemon's writes wait in the queue; without this, an older queued write
+        could land over its newer file until the next reconcile."""
+        table, source, ident, version, sha = key
+        try:
+            if self._check_conn is None:
+                self._check_conn = store.connect_readonly(self.ctx.cfg.store.path)
+            column = "iteration" if table == "scores" else "session_id"
+            row = self._check_conn.execute(
+                f"SELECT sidecar_sha256 FROM {table} WHERE source = ? AND {column} = ? AND rubric_version = ?",
+                (source, ident, version)).fetchone()
+        except sqlite3.Error:
+            return True  # cannot tell: write, as without the check
+        return row is not None and row[0] == sha
+
+
+def writes_report(written: dict[str, int], errors: list[str]) -> Report:
+    """A writer's counts and errors as a report (whoever reads it says the errors once)."""
+    return Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"],
+                  errors=errors)
+
+
+def disk_sha(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return sidecars.sha256(fh.read())
+    except OSError:
+        return None
