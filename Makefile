@@ -36,7 +36,7 @@ install: $(STAMP)
 # Generate an example (iteration log, git repository, transcript, vally run), start
 # the service on it, close iterations while it watches, query, bump the rubric, stop.
 demo: $(STAMP)
-	$(BIN)/python -m agentledger.demo --out demo-out
+	$(BIN)/python -m agentledger.example.demo --out demo-out
 
 test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python -m pytest

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentledger import synth
+from agentledger.example import synth
 
 T0 = 1_760_000_000
 

@@ -3,7 +3,7 @@
     python bench/bench_iterlog.py [--sizes 100,10000] [--runs 5] [--out DIR]
 
 For each size N it generates a synthetic iteration log with a matching git
-repository (agentledger.synth), then measures, each as a fresh process the way
+repository (agentledger.example.synth), then measures, each as a fresh process the way
 users run it:
 
 * cold ``agentledger ingest --once`` of the whole log (target: ≤ 10 s at 10,000);
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentledger import synth
+from agentledger.example import synth
 
 
 def run(args: list[str], env: dict | None = None) -> float:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from _common import run
 
-from agentledger import synth
+from agentledger.example import synth
 
 BASELINE = r'''
 import hashlib, json, sqlite3, sys

@@ -177,7 +177,7 @@ def leftover_temp_dirs() -> set[str]:
     leftovers; names without a pid (old versions' ``agentledger-ui-*``) always are."""
     import tempfile
 
-    from agentledger import lifetime
+    from agentledger.process import lifetime
 
     out = set()
     for p in Path(tempfile.gettempdir()).iterdir():
@@ -203,7 +203,7 @@ def no_process_outlives_the_suite():
     os.environ[RUN_TAG] = tag
     before = leftover_temp_dirs()
     yield
-    from agentledger import parallel
+    from agentledger.process import parallel
 
     parallel.shutdown()
     left = wait_until(lambda: not tagged_processes(tag, exclude_own=True), 10)

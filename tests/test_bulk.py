@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentledger import parallel, synth
+from agentledger.process import parallel
+from agentledger.example import synth
 from agentledger.config import Config, StoreConfig, make_source
 from agentledger.ledger import Ledger
-from agentledger.sidecars import (BreakdownRow, SessionEntry, render_iteration, render_iteration_generic,
+from agentledger.output.sidecars import (BreakdownRow, SessionEntry, render_iteration, render_iteration_generic,
                                   render_session, render_session_generic)
 
 from .conftest import REAL_LOG, copy_log, REFERENCE, need_fixtures

@@ -106,7 +106,7 @@ def test_three_zero_zero_sidecar_matches_go_emitter_oracle(fixtures: Path) -> No
     """The only Go-written 3.0.0 sidecar (eval bridge): re-emit its values, get its bytes."""
     import yaml
 
-    from agentledger.sidecars import BreakdownRow, render_iteration
+    from agentledger.output.sidecars import BreakdownRow, render_iteration
 
     path = fixtures / "dot-agents/internal/eval/store/testdata/r2contract-go-impl-pure-fn/iteration-log/iter-1.score.yaml"
     doc = yaml.safe_load(path.read_text())

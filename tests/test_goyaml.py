@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentledger.gofmt import fixed, format_float, go_quote, short
-from agentledger.goyaml.decode import Decoder, FatalDecode, YamlError, load_document
-from agentledger.goyaml.emit import dump, format_string
-from agentledger.goyaml.resolve import resolve_plain
+from agentledger.golang.fmt import fixed, format_float, go_quote, short
+from agentledger.golang.yamlv3.decode import Decoder, FatalDecode, YamlError, load_document
+from agentledger.golang.yamlv3.emit import dump, format_string
+from agentledger.golang.yamlv3.resolve import resolve_plain
 from agentledger.sources.iterlog_parse import parse_historical, parse_record
 
 

@@ -8,7 +8,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from agentledger import synth
+from agentledger.example import synth
 
 from .conftest import GIT_ENV, run_cli
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agentledger import lifetime, sidecars, synth
+from agentledger.process import lifetime
+from agentledger.output import sidecars
+from agentledger.example import synth
 from tests.conftest import RUN_TAG, leftover_temp_dirs, run_cli, tagged_processes, wait_until
 
 KILLS = 20
@@ -60,7 +62,7 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_run(tmp_path: Path) -
     """A real writer killed between creating its temp file and the rename; a live one
     beside it keeps its file."""
     gen = synth.generate(tmp_path / "gen", 6)
-    code = ("import sys, tempfile, time\nfrom agentledger import lifetime, sidecars\n"
+    code = ("import sys, tempfile, time\nfrom agentledger.output import sidecars\nfrom agentledger.process import lifetime\n"
             "fd, p = tempfile.mkstemp(prefix=lifetime.stamped(sidecars.TEMP_PREFIX), suffix=sidecars.TEMP_SUFFIX,"
             " dir=sys.argv[1])\nprint(p, flush=True)\ntime.sleep(120)\n")
     killed = subprocess.Popen([sys.executable, "-c", code, str(gen.log)], stdout=subprocess.PIPE, text=True)
@@ -210,7 +212,7 @@ def _has_datasette() -> bool:
 
 def test_a_worker_ends_with_its_parent(tmp_path: Path) -> None:
     """exit_with_parent in isolation: a child that watches a parent we SIGKILL."""
-    code = ("import os, sys, time\nfrom agentledger import lifetime\n"
+    code = ("import os, sys, time\nfrom agentledger.process import lifetime\n"
             "lifetime.exit_with_parent(int(sys.argv[1]), sys.argv[2])\ntime.sleep(120)\n")
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     leftovers = tmp_path / "pool"

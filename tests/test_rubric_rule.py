@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger import synth
+from agentledger.example import synth
 from tests.conftest import run_cli
 
 RUBRICS = ("2.1.0", "3.0.0", "2.0.2")

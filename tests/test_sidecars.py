@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.sidecars import SidecarRefused, is_temp_name, unsafe_session_id, write_atomic
+from agentledger.output.sidecars import SidecarRefused, is_temp_name, unsafe_session_id, write_atomic
 
 
 def test_write_skip_replace(tmp_path: Path) -> None:

@@ -194,7 +194,7 @@ def test_window_sums_follow_appends_deletes_and_replacements(tmp_path: Path) -> 
     import random
 
     from agentledger.store import db
-    from agentledger.windows import FactSums
+    from agentledger.ledger.windows import FactSums
 
     conn = db.connect(tmp_path / "l.sqlite")
     rng = random.Random(7)
@@ -332,7 +332,7 @@ def test_sigkill_between_open_line_writes_ends_with_the_clean_facts(tmp_path: Pa
     import sys
     import time
 
-    from agentledger import synth
+    from agentledger.example import synth
 
     rng = random.Random(12)
     repo = make_repo()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger import synth
+from agentledger.example import synth
 from agentledger.config import Config, LimitsConfig, StoreConfig, VallySource
 from agentledger.ledger import Ledger
 
@@ -162,7 +162,7 @@ def test_parallel_tailing_equals_sequential_tailing(tmp_path: Path, monkeypatch)
     (quarantine) and over-long lines are handled by the committing process."""
     import functools
 
-    from agentledger import parallel
+    from agentledger.process import parallel
     from agentledger.sources import jsonl
 
     root = tmp_path / "out"
@@ -211,7 +211,7 @@ def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
     f.touch()
     n = 400
     writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom agentledger import synth\n"
+        "import sys, time\nfrom agentledger.example import synth\n"
         f"with open({str(f)!r}, 'ab', buffering=0) as fh:\n"
         f"    for i in range({n}):\n"
         "        line = synth.vally_trial_line(i)\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentledger import synth
+from agentledger.example import synth
 from agentledger.store.projections import PROJECTION_TABLES
 
 from .conftest import REFERENCE, run_cli

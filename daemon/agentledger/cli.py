@@ -206,7 +206,7 @@ def _pick_source(ledger, name: str | None):
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .ledger import SourceError
-    from .sidecars import iteration_sidecar_name, session_sidecar_name
+    from .output.sidecars import iteration_sidecar_name, session_sidecar_name
 
     ledger = _ledger(args)
     try:

@@ -41,7 +41,7 @@ def _out(path: Path | None):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from . import export
+    from .output import export
     from .cli import _ro
 
     _, conn = _ro(args)
@@ -64,7 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from . import export
+    from .output import export
     from .store import db
 
     cfg = _cfg(args)
@@ -84,7 +84,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from . import report
+    from .output import report
     from .cli import _ro
 
     cfg, conn = _ro(args)
@@ -100,7 +100,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from . import ui
+    from .service import ui
     from .cli import _ro
 
     if not ui.available():

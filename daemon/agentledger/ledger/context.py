@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Config, IterationLogSource
-from ..git import GitRepo
+from ..sources.git import GitRepo
 from ..scoring.rubric import Rubric
 from ..sources.iterlog import ReadLimits
 from ..store.projections import Touched

@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import AnnotationSource, Config, IterationLogSource, VallySource
-from ..git import GitRepo
-from ..parallel import shutdown as shutdown_workers
+from ..sources.git import GitRepo
+from ..process.parallel import shutdown as shutdown_workers
 from ..scoring import rubric as rubric_data
 from ..scoring.inputs import ScoringInputs
 from ..sources import iterlog as S

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ..config import IterationLogSource
-from ..git import GitRepo
+from ..sources.git import GitRepo
 from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
 from ..scoring.inputs import ScoringInputs, TranscriptTotals
 from ..sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
-from ..windows import FactSums
+from .windows import FactSums
 from .context import Context
 from .report import SourceError
 

@@ -11,7 +11,7 @@ import json
 from datetime import datetime, timezone
 
 from ..config import IterationLogSource, VallySource
-from ..parallel import pmap
+from ..process.parallel import pmap
 from ..sources import iterlog as S
 from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
 from ..store.projections import Projector, Touched

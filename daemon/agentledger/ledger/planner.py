@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 
 from ..config import IterationLogSource
-from ..git import GitRepo
+from ..sources.git import GitRepo
 from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
 from ..store import db as store
-from ..windows import window_successors, windows_meeting
+from .windows import window_successors, windows_meeting
 from .context import Context
 from .inputs import iso_ns
 

@@ -9,10 +9,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import sidecars
+from ..output import sidecars
 from ..config import IterationLogSource
 from ..model import encode_float
-from ..parallel import pmap
+from ..process.parallel import pmap
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..store import db as store

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Collection
 from pathlib import Path
 
-from .. import sidecars
+from ..output import sidecars
 from ..config import IterationLogSource
 from ..store import db as store
 from ..store.events import upcast

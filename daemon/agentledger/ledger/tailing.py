@@ -96,7 +96,7 @@ class Tailing:
                 return None  # the usual case (a few new lines): no pool, no imports
         except OSError:
             return None  # the sequential reader reports it
-        from .. import parallel
+        from ..process import parallel
 
         if parallel.executor() is None:
             return None

@@ -38,7 +38,7 @@ import watchfiles
 
 from ..config import Config
 from ..ledger import Ledger, Report
-from ..sidecars import is_temp_name
+from ..output.sidecars import is_temp_name
 from ..sources import iterlog as S
 from ..sources import vally
 from .checkpointer import Checkpointer

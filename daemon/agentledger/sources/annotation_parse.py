@@ -234,7 +234,7 @@ def _front_matter(lines: list[str]) -> tuple[dict[str, Any] | None, str | None, 
     raw = "\n".join(lines[1:end])
     import yaml
 
-    from ..goyaml.decode import YamlError, check_nesting
+    from ..golang.yamlv3.decode import YamlError, check_nesting
 
     try:
         check_nesting(raw)  # libyaml recurses per level: refuse what would exhaust the C stack

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import IterationLogSource
-from ..goyaml.decode import YamlError
-from ..gofmt import go_quote
+from ..golang.yamlv3.decode import YamlError
+from ..golang.fmt import go_quote
 from ..model import HookOutcomes, Labels, to_jsonable
-from ..sidecars import is_temp_name, unsafe_session_id
+from ..output.sidecars import is_temp_name, unsafe_session_id
 from ..store.events import Event, content_hash
 from . import artifacts_parse as A
 from .iterlog_parse import parse_historical, parse_record

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from yaml.nodes import Node
 
-from ..goyaml.decode import Decoder, YamlError, load_document
+from ..golang.yamlv3.decode import Decoder, YamlError, load_document
 from ..model import (
     Agent,
     Impl,

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import sidecars
+from ..output import sidecars
 from ..model import decode_float, is_int64
 from ..scoring import rubric as rubrics
 from .events import Event, append_rows, canonical_json

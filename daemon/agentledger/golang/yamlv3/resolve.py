@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
-from ..model import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
+from ...model import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
 
 STR, INT, FLOAT, BOOL, NULL, TIMESTAMP = "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"
 

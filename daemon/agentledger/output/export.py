@@ -26,7 +26,7 @@ SCORE_COLUMNS = ("source", "iteration", "session_id", "task_id", "rubric_version
 
 def event_lines(conn: sqlite3.Connection, after: int = 0, types: Iterable[str] = ()) -> Iterator[str]:
     """Events with ``seq > after`` in order, one JSON object per line (no newline)."""
-    from .store.events import rows
+    from ..store.events import rows
 
     for r in rows(conn, after=after, types=tuple(types)):
         obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}}
@@ -72,9 +72,9 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
     Keys, payload text, versions and times are kept as exported; the receiving
     ledger numbers the events itself. An event already present (same idempotency
     key) is skipped, so importing twice changes nothing."""
-    from .store.db import write_transaction
-    from .store.events import CURRENT, Event, append_many, upcast
-    from .store.projections import Projector
+    from ..store.db import write_transaction
+    from ..store.events import CURRENT, Event, append_many, upcast
+    from ..store.projections import Projector
 
     read = new = 0
     pending: list[Event] = []

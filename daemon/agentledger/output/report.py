@@ -42,7 +42,7 @@ class Data:
 
 def gather(conn: sqlite3.Connection, *, since: str | None = None, session: str | None = None,
            max_bars: int = 80) -> Data:
-    from .scoring import rubric as rubrics
+    from ..scoring import rubric as rubrics
 
     d = Data(session=session, since=since)
     d.rubric = (conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone() or [""])[0]

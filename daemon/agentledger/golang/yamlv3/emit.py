@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Union
 
-from ..gofmt import format_float
+from ..fmt import format_float
 from .resolve import plain_is_string
 
 Scalar = Union[str, bool, int, float]

@@ -23,7 +23,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .scoring.inputs import LandedFacts
+from ..scoring.inputs import LandedFacts
 
 _ENV_OVERRIDES = {
     "GIT_CONFIG_NOSYSTEM": "1",

@@ -19,10 +19,10 @@ from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lifetime
-from .gofmt import format_float
-from .scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
-from .goyaml.emit import dump, format_scalar
+from ..process import lifetime
+from ..golang.fmt import format_float
+from ..scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
+from ..golang.yamlv3.emit import dump, format_scalar
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from .paths import schema_dir
+from ..paths import schema_dir
 
 
 def metadata_for(db: Path) -> dict:

@@ -1,0 +1,1 @@
+"""The generated example: a synthetic iteration log, repository, transcripts and vally runs (demo, benchmarks, tests)."""
