@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -23,7 +22,6 @@ import time
 from pathlib import Path
 
 from _common import run
-
 from agentledger.sources import annotation_parse as P
 
 

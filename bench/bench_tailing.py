@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import sys
@@ -31,7 +30,6 @@ import time
 from pathlib import Path
 
 from _common import run
-
 from agentledger.example import synth
 
 BASELINE = r'''

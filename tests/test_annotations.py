@@ -10,10 +10,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from agentledger.sources import annotation_parse as P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from agentledger.sources import annotation_parse as P
 
 from .conftest import need_fixtures, run_cli
 

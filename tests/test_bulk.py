@@ -12,17 +12,22 @@ import time
 from pathlib import Path
 
 import pytest
+from agentledger.config import Config, StoreConfig, make_source
+from agentledger.example import synth
+from agentledger.ledger import Ledger
+from agentledger.output.sidecars import (
+    BreakdownRow,
+    SessionEntry,
+    render_iteration,
+    render_iteration_generic,
+    render_session,
+    render_session_generic,
+)
+from agentledger.process import parallel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentledger.process import parallel
-from agentledger.example import synth
-from agentledger.config import Config, StoreConfig, make_source
-from agentledger.ledger import Ledger
-from agentledger.output.sidecars import (BreakdownRow, SessionEntry, render_iteration, render_iteration_generic,
-                                  render_session, render_session_generic)
-
-from .conftest import REAL_LOG, copy_log, REFERENCE, need_fixtures
+from .conftest import REAL_LOG, REFERENCE, copy_log, need_fixtures
 
 
 def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatch) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REAL_LOG, copy_log, REFERENCE, TESTDATA, cli_subprocess, need_fixtures, run_cli
+from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, copy_log, need_fixtures, run_cli
 
 
 def adhoc(log: Path, repo: Path, db: Path) -> list[str]:

@@ -12,11 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
 from agentledger.ledger import Ledger
 
-from .conftest import REAL_LOG, copy_log, REFERENCE, TESTDATA, need_fixtures
+from .conftest import REAL_LOG, REFERENCE, TESTDATA, copy_log, need_fixtures
 
 SINGLE = {"v1_iter": 7, "v2_iter": 52, "v2_sparse": 65, "v2_structured": 70}
 SETS = ["real-iteration-log", "testdata-iterlog", *(f"testdata-{k}" for k in SINGLE),
@@ -105,7 +104,6 @@ def test_rubric_bump_backfill_ends_identical_to_the_new_reference(tmp_path: Path
 def test_three_zero_zero_sidecar_matches_go_emitter_oracle(fixtures: Path) -> None:
     """The only Go-written 3.0.0 sidecar (eval bridge): re-emit its values, get its bytes."""
     import yaml
-
     from agentledger.output.sidecars import BreakdownRow, render_iteration
 
     path = fixtures / "dot-agents/internal/eval/store/testdata/r2contract-go-impl-pure-fn/iteration-log/iter-1.score.yaml"

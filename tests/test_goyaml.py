@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from agentledger.golang.fmt import fixed, format_float, go_quote, short
 from agentledger.golang.yamlv3.decode import Decoder, FatalDecode, YamlError, load_document
 from agentledger.golang.yamlv3.emit import dump, format_string
 from agentledger.golang.yamlv3.resolve import resolve_plain
 from agentledger.sources.iterlog_parse import parse_historical, parse_record
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize("x,text", [

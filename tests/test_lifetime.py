@@ -17,10 +17,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from agentledger.process import lifetime
-from agentledger.output import sidecars
 from agentledger.example import synth
+from agentledger.output import sidecars
+from agentledger.process import lifetime
+
 from tests.conftest import RUN_TAG, leftover_temp_dirs, run_cli, tagged_processes, wait_until
 
 KILLS = 20

@@ -13,8 +13,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from agentledger.example import synth
+
 from tests.conftest import run_cli
 
 RUBRICS = ("2.1.0", "3.0.0", "2.0.2")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from agentledger.model import HookOutcomes, HookRecord, Record
 from agentledger.scoring import rubric as R
 from agentledger.scoring.combine import combine
 from agentledger.scoring.inputs import ScoringInputs
 from agentledger.scoring.signals import SignalValue, absent, correction_pressure, hook_outcomes, human_label, present
 from agentledger.sources.sidefiles_parse import parse_hook_outcomes, parse_labels
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def values(rubric: R.Rubric, **subs: float) -> dict[str, SignalValue]:

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from agentledger.output.sidecars import SidecarRefused, is_temp_name, unsafe_session_id, write_atomic
 
 

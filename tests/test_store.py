@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from agentledger.config import Config, StoreConfig, make_source
 from agentledger.ledger import Ledger
 from agentledger.store import db, events

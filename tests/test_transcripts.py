@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from agentledger.sources.transcript_parse import Invalid, fact, parse_go_time
 
 from .conftest import TESTDATA, need_fixtures, run_cli, wait_until
@@ -193,8 +192,8 @@ def test_window_sums_follow_appends_deletes_and_replacements(tmp_path: Path) -> 
     directory's facts, and enough appends to fold the delta into the base."""
     import random
 
-    from agentledger.store import db
     from agentledger.ledger.windows import FactSums
+    from agentledger.store import db
 
     conn = db.connect(tmp_path / "l.sqlite")
     rng = random.Random(7)

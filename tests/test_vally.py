@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from agentledger.example import synth
 from agentledger.config import Config, LimitsConfig, StoreConfig, VallySource
+from agentledger.example import synth
 from agentledger.ledger import Ledger
 
-from .conftest import wait_until, cli_subprocess, need_fixtures, run_cli
+from .conftest import cli_subprocess, need_fixtures, run_cli, wait_until
 
 RUN = "2026-07-31T11-17-14-108Z/baseline"
 

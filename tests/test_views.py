@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from agentledger.example import synth
 from agentledger.store.projections import PROJECTION_TABLES
 

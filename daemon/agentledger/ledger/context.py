@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Config, IterationLogSource
-from ..sources.git import GitRepo
 from ..scoring.rubric import Rubric
+from ..sources.git import GitRepo
 from ..sources.iterlog import ReadLimits
 from ..store.projections import Touched
 

@@ -20,11 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import AnnotationSource, Config, IterationLogSource, VallySource
-from ..sources.git import GitRepo
 from ..process.parallel import shutdown as shutdown_workers
 from ..scoring import rubric as rubric_data
 from ..scoring.inputs import ScoringInputs
 from ..sources import iterlog as S
+from ..sources.git import GitRepo
 from ..store import db as store
 from ..store.projections import Touched
 from . import rubrics

@@ -9,13 +9,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ..config import IterationLogSource
-from ..sources.git import GitRepo
 from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
 from ..scoring.inputs import ScoringInputs, TranscriptTotals
 from ..sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
-from .windows import FactSums
+from ..sources.git import GitRepo
 from .context import Context
 from .report import SourceError
+from .windows import FactSums
 
 
 def iso_ns(iso: str | None) -> int | None:

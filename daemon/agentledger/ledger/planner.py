@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 
 from ..config import IterationLogSource
-from ..sources.git import GitRepo
 from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..sources.git import GitRepo
 from ..store import db as store
-from .windows import window_successors, windows_meeting
 from .context import Context
 from .inputs import iso_ns
+from .windows import window_successors, windows_meeting
 
 
 class Planner:

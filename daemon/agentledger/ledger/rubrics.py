@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 from ..store.events import Event, append
-from ..store.projections import Projector
 from . import commit
 from .context import Context
 from .report import Progress, Report, SourceError

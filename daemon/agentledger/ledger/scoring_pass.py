@@ -9,9 +9,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..output import sidecars
 from ..config import IterationLogSource
 from ..model import encode_float
+from ..output import sidecars
 from ..process.parallel import pmap
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score

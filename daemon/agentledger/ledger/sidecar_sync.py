@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Collection
 from pathlib import Path
 
-from ..output import sidecars
 from ..config import IterationLogSource
+from ..output import sidecars
 from ..store import db as store
 from ..store.events import upcast
 from ..store.projections import render_score_payload, session_document

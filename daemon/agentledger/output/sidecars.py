@@ -15,14 +15,14 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from ..process import lifetime
 from ..golang.fmt import format_float
-from ..scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
 from ..golang.yamlv3.emit import dump, format_scalar
+from ..process import lifetime
+from ..scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"

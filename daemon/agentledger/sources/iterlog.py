@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import IterationLogSource
-from ..golang.yamlv3.decode import YamlError
 from ..golang.fmt import go_quote
+from ..golang.yamlv3.decode import YamlError
 from ..model import HookOutcomes, Labels, to_jsonable
 from ..output.sidecars import is_temp_name, unsafe_session_id
 from ..store.events import Event, content_hash

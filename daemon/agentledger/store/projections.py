@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..output import sidecars
 from ..model import decode_float, is_int64
+from ..output import sidecars
 from ..scoring import rubric as rubrics
 from .events import Event, append_rows, canonical_json
 from .events import row as event_row

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 from ...model import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
 

@@ -1,26 +1,27 @@
-"""CLI commands for looking at and shipping the ledger: ``ui``, ``report``, ``export``, ``import``."""
+"""Commands for looking at and shipping the ledger: ``ui``, ``report``, ``export``, ``import``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, load_config, read_only
 
 
 def add_commands(cmd) -> None:
     p = cmd("ui", "Serve the ledger read-only in Datasette on 127.0.0.1 (needs: pip install 'agentledger[ui]').")
     p.add_argument("--port", type=int, default=8001, help="port (default 8001; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.set_defaults(func=cmd_ui)
 
     p = cmd("report", "Write one self-contained HTML report with charts (no network needed to view it).")
     p.add_argument("--output", "-o", type=Path, default=Path("agentledger-report.html"), help="file to write")
     p.add_argument("--since", metavar="DATE", help="only scores computed at or after this ISO-8601 date/time (UTC)")
     p.add_argument("--session", metavar="ID", help="only this agent session's iterations")
+    p.set_defaults(func=cmd_report)
 
     p = cmd("export", "Write events as JSON Lines (from a seq on), or scores as CSV (--rubric V: one version),"
                       " to stdout or --output.")
@@ -31,9 +32,11 @@ def add_commands(cmd) -> None:
     p.add_argument("--type", dest="types", action="append", default=[], metavar="TYPE",
                    help="jsonl: only events of this type (repeatable)")
     p.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
+    p.set_defaults(func=cmd_export)
 
     p = cmd("import", "Append events from an `agentledger export` (JSON Lines) into this ledger, and project them.")
     p.add_argument("file", help="the export file, or - for stdin")
+    p.set_defaults(func=cmd_import)
 
 
 def _out(path: Path | None):
@@ -41,10 +44,9 @@ def _out(path: Path | None):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .output import export
-    from .cli import _ro
+    from ..output import export
 
-    _, conn = _ro(args)
+    _, conn = read_only(args)
     out = _out(args.output)
     try:
         if args.format == "csv":
@@ -64,10 +66,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .output import export
-    from .store import db
+    from ..output import export
+    from ..store import db
 
-    cfg = _cfg(args)
+    cfg = load_config(args)
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
     src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
     try:
@@ -84,10 +86,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .output import report
-    from .cli import _ro
+    from ..output import report
 
-    cfg, conn = _ro(args)
+    cfg, conn = read_only(args)
     data = report.gather(conn, since=args.since, session=args.session)
     conn.close()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -100,17 +101,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from .service import ui
-    from .cli import _ro
+    from ..service import ui
 
     if not ui.available():
         print("agentledger ui needs Datasette: pip install 'agentledger[ui]'", file=sys.stderr)
         return EXIT_USAGE
-    path = Path(_cfg(args).store.path)
+    path = Path(load_config(args).store.path)
     if not path.exists():
         print(f"agentledger: error: no ledger at {path}", file=sys.stderr)
         return EXIT_FAIL
-    _ro(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
+    read_only(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
     # The metadata reaches Datasette through a pipe, not a temp file: the exec below
     # leaves nothing behind to clean, whatever ends Datasette.
     meta_fd = ui.metadata_pipe(ui.metadata_for(path))
@@ -120,9 +120,3 @@ def cmd_ui(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     os.execv(cmd[0], cmd)  # Datasette replaces this process: signals and exit status are its own
     return EXIT_OK  # pragma: no cover
-
-
-def _cfg(args: argparse.Namespace):
-    from .cli import _config
-
-    return _config(args)

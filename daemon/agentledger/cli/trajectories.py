@@ -1,4 +1,4 @@
-"""CLI commands for annotated trajectories: ``trajectories``, ``trajectory ID``, ``lint``.
+"""Commands for annotated trajectories: ``trajectories``, ``trajectory ID``, ``lint``.
 
 ``trajectories`` and ``trajectory`` read the ledger (read-only); ``lint`` reads
 files directly and needs no ledger, so an annotation repository's CI can run it.
@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from .common import UsageError, read_only, table
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -24,10 +26,12 @@ def add_commands(cmd) -> None:
                    help="only files whose declared computed fields disagree with the derived ones")
     p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)")
     p.add_argument("--json", action="store_true", help="one object per file")
+    p.set_defaults(func=cmd_trajectories)
 
     p = cmd("trajectory", "Summarise one annotated trajectory: outcome strip, phases, hypotheses, fields.")
     p.add_argument("id", help="task id or file path (a unique part of either)")
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_trajectory)
 
     p = cmd("lint", "Check annotation files: format problems and declared-vs-derived disagreements "
                     "(exit 1 when any are found).")
@@ -35,6 +39,7 @@ def add_commands(cmd) -> None:
     p.add_argument("--json", action="store_true", help="findings as JSON")
     p.add_argument("--no-disagreements", action="store_true",
                    help="report format problems only, not computed fields that disagree or verdict findings")
+    p.set_defaults(func=cmd_lint)
 
 
 def _objects(conn, where: str = "", params: tuple = (), limit: int = 0) -> list[dict]:
@@ -61,9 +66,8 @@ def _objects(conn, where: str = "", params: tuple = (), limit: int = 0) -> list[
 
 
 def cmd_trajectories(args: argparse.Namespace) -> int:
-    from .cli import _ro, _table
 
-    _, conn = _ro(args)
+    _, conn = read_only(args)
     where, params = [], []
     for col, val in (("task_id", args.task), ("task_group", args.group)):
         if val:
@@ -88,14 +92,13 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         r["fields"] = f"{sum(r['agrees'].values())}/{len(r['agrees'])}" if r["agrees"] else ""
         r["lines"] = f"{r['control_flow_lines_parsed']}/{r['control_flow_lines']}"
         r["strip"] = r["outcome_strip"][:30] + ("…" if len(r["outcome_strip"]) > 30 else "")
-    _table(rows, ["task_id", "format_version", "verdict", "score", "iterations", "lines", "fields", "strip", "path"])
+    table(rows, ["task_id", "format_version", "verdict", "score", "iterations", "lines", "fields", "strip", "path"])
     return EXIT_OK
 
 
 def cmd_trajectory(args: argparse.Namespace) -> int:
-    from .cli import UsageError, _ro
 
-    _, conn = _ro(args)
+    _, conn = read_only(args)
     matches = conn.execute(
         "SELECT source, path FROM trajectories WHERE task_id = ? OR path = ? ORDER BY source, path",
         (args.id, args.id)).fetchall() or conn.execute(
@@ -153,7 +156,7 @@ def cmd_trajectory(args: argparse.Namespace) -> int:
 def _files(paths: list[str]) -> list[tuple[Path, bool]]:
     """(file, named explicitly): files found in a directory are linted only when
     their content is a trajectory (a README beside the annotations is not)."""
-    from .sources.annotations import discover
+    from ..sources.annotations import discover
 
     out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
@@ -166,8 +169,8 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     """Findings as ``path:line: kind: message`` (compiler style, so editors can jump)."""
-    from .sources import annotation_parse as P
-    from .sources.annotations import is_trajectory
+    from ..sources import annotation_parse as P
+    from ..sources.annotations import is_trajectory
 
     findings = []
     checked = 0

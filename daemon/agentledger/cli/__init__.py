@@ -1,0 +1,72 @@
+"""The ``agentledger`` command line.
+
+Thin: each command parses flags, calls the ledger, prints. One module per group of
+commands (``ingest``: take data in and keep scores fresh; ``read``: look at the
+ledger; ``trajectories``; ``views``: ui, report, export, import), and ``common``
+for what they share. Exit status 0 on success, 1 on failure, 2 on a usage
+error. Imports stay lazy so that ``agentledger score N`` (the close-task hook)
+loads only the stdlib, PyYAML and the scorer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import ingest, read, trajectories, views
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentledger",
+        description="An event-sourced ledger of coding-agent runs that keeps their outcome scores fresh.",
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"agentledger {__version__}")
+    add_common_flags(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def cmd(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        add_common_flags(p)
+        return p
+
+    for group in (ingest, read, trajectories, views):  # help lists them in this order
+        group.add_commands(cmd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
+                        format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
+    from ..config import ConfigError
+    from ..scoring.rubric import UnknownRubric
+    from ..store.db import StoreError
+
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        parser.exit(EXIT_USAGE, f"agentledger {args.command}: error: {exc}\n")
+    except (ConfigError, UnknownRubric) as exc:
+        print(f"agentledger: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:
+        print(f"agentledger: error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except BrokenPipeError:
+        return EXIT_OK
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Commands that take data in and keep scores fresh: ``ingest``, ``run``, ``score N``
+(the close-task hook), ``backfill``, ``rebuild``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .common import EXIT_FAIL, EXIT_OK, NO_SOURCES, UsageError, load_config, open_ledger, print_report, progress_bar
+
+
+def add_commands(cmd) -> None:
+    p = cmd("ingest", "Scan the sources once, append new events, score, write sidecars (`run` keeps watching).")
+    p.add_argument("--once", action="store_true", help="accepted for older scripts: ingest always scans once")
+    p.add_argument("--rescore-all", action="store_true",
+                   help="recompute every iteration's inputs, not only those the changes can affect")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_ingest)
+
+    p = cmd("run", "Run as a service: scan, then watch every source and keep scores fresh (SIGTERM stops).")
+    p.add_argument("--log-format", choices=("json", "console"), help="log lines for journald (json) or people")
+    p.set_defaults(func=cmd_run)
+
+    p = cmd("score", "Ingest and score one iteration (the close-task hook), print its breakdown.")
+    p.add_argument("iteration", type=int, metavar="N")
+    p.add_argument("--source", metavar="NAME", help="which configured iteration log (name or path)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_score)
+
+    p = cmd("backfill", "Rescore every iteration under the active rubric (--rubric VERSION activates that one first).")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_backfill)
+
+    p = cmd("rebuild", "Drop every projection, replay all events, rewrite sidecars that differ.")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_rebuild)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    ledger = open_ledger(args)
+    try:
+        bar, update = progress_bar()
+        if bar:
+            with bar:
+                total = ledger.scan_all(rescore_all=args.rescore_all, progress=update)
+        else:
+            total = ledger.scan_all(rescore_all=args.rescore_all)
+    finally:
+        ledger.close()
+    return print_report(args, "ingest", total, {"rubric": ledger.rubric.version})
+
+
+def _pick_source(ledger, name: str | None):
+    sources = ledger.cfg.iteration_logs
+    if not sources:
+        raise UsageError("score needs an iteration log: --iteration-log DIR --repo DIR, or [[iteration_logs]]")
+    if name:
+        for s in sources:
+            if name in (s.name, str(s.path)):
+                return s
+        raise UsageError(f"no configured iteration log named {name!r}")
+    if len(sources) > 1:
+        raise UsageError("several iteration logs are configured: pick one with --source NAME "
+                         "or --iteration-log DIR --repo DIR")
+    return sources[0]
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from ..ledger import SourceError
+    from ..output.sidecars import iteration_sidecar_name, session_sidecar_name
+
+    ledger = open_ledger(args)
+    try:
+        src = _pick_source(ledger, args.source)
+        n = args.iteration
+        report = ledger.ingest(src, iterations=[n])
+        ledger.ensure_rubric()
+        try:
+            report.add(ledger.score(src, [n]))
+        except SourceError as exc:
+            print(f"agentledger: error: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        row = ledger.conn.execute(
+            "SELECT s.*, i.session_id FROM score_details s JOIN iterations i ON i.source = s.source"
+            " AND i.iteration = s.iteration WHERE s.source = ? AND s.iteration = ? AND s.rubric_version = ?",
+            (src.id, n, ledger.rubric.version)).fetchone()
+        if row is None:
+            q = ledger.conn.execute(
+                "SELECT reason FROM quarantine WHERE source = ? AND path = ? AND resolved_seq IS NULL"
+                " ORDER BY seq DESC LIMIT 1", (src.id, f"iter-{n}.yaml")).fetchone()
+            why = f": quarantined: {q[0]}" if q else ""
+            print(f"agentledger: error: iter-{n}.yaml not found in {src.path}{why}", file=sys.stderr)
+            return EXIT_FAIL
+        session_path = None
+        if row["session_id"]:
+            srow = ledger.conn.execute(
+                "SELECT sidecar FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?",
+                (src.id, row["session_id"], ledger.rubric.version)).fetchone()
+            if srow is not None and srow[0]:
+                session_path = str(src.path / session_sidecar_name(row["session_id"]))
+        breakdown = json.loads(row["breakdown"])
+        value = row["value"]
+        result = {
+            "iteration": n, "score_value": value, "score_band": row["band"], "scored": bool(row["scored"]),
+            "rubric_version": row["rubric_version"],
+            "sidecar_path": str(src.path / iteration_sidecar_name(n)),
+            "session_id": row["session_id"] or None, "session_sidecar_path": session_path,
+            "inputs_hash": row["inputs_hash"], "rescored": report.scored > 0,
+            "sidecar_written": report.sidecars_written > 0, "breakdown": breakdown,
+        }
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            _print_breakdown(result)
+        for err in report.errors:
+            print(f"agentledger: error: {err}", file=sys.stderr)
+        return EXIT_FAIL if report.errors else EXIT_OK
+    finally:
+        ledger.close()
+
+
+def _print_breakdown(r: dict) -> None:
+    from ..model import decode_float
+
+    value = "unscored" if not r["scored"] else f"{decode_float(r['score_value'] if r['score_value'] is not None else 'NaN'):.4f}"
+    print(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")
+    print(f"  sidecar: {r['sidecar_path']}" + ("" if r["sidecar_written"] else " (unchanged)"))
+    if r["session_sidecar_path"]:
+        print(f"  session: {r['session_sidecar_path']}")
+    print(f"  {'signal':<20} {'weight':>6} {'score':>6} {'share':>6}  detail")
+    for row in r["breakdown"]:
+        sub = f"{decode_float(row['sub_score']):.3f}" if row["present"] else "-"
+        share = f"{decode_float(row['contribution']):.3f}" if row["present"] else "-"
+        detail = row["detail"].replace("\n", " / ")
+        print(f"  {row['signal']:<20} {decode_float(row['nominal_weight']):>6g} {sub:>6} {share:>6}  {detail}")
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    ledger = open_ledger(args)
+    try:
+        before = ledger.state("active_rubric")
+        bar, update = progress_bar()
+        if bar:
+            with bar:
+                report = ledger.ensure_rubric(progress=update) or ledger.backfill(progress=update)
+        else:
+            report = ledger.ensure_rubric() or ledger.backfill()
+        for src in ledger.cfg.iteration_logs:
+            report.add(ledger.sync_sidecars(src))
+    finally:
+        ledger.close()
+    return print_report(args, "backfill", report, {"from_rubric": before, "rubric": ledger.rubric.version})
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from ..ledger import Report
+    from ..scoring import rubric as rubrics
+    from ..store.projections import rebuild
+
+    if getattr(args, "rubric", None):
+        raise UsageError("rebuild replays the ledger under its active rubric; "
+                         "to change the rubric use `agentledger backfill --rubric VERSION`")
+    ledger = open_ledger(args, need_sources=False)
+    try:
+        replayed = rebuild(ledger.conn)
+        # derived state only: the sidecars of the rubric the events made active (never a new activation)
+        ledger.rubric = rubrics.load(ledger.state("active_rubric") or ledger.rubric.version)
+        report = Report()
+        for src in ledger.cfg.iteration_logs:
+            report.add(ledger.sync_sidecars(src))
+    finally:
+        ledger.close()
+    return print_report(args, "rebuild", report, {"events_replayed": replayed})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from ..service import logs
+    from ..service.daemon import Daemon
+
+    def load():
+        cfg = load_config(args)
+        if not cfg.has_sources:
+            raise UsageError(NO_SOURCES)
+        if args.log_format:
+            cfg = replace(cfg, daemon=replace(cfg.daemon, log_format=args.log_format))
+        return cfg
+
+    cfg = load()
+    logs.setup(cfg.daemon.log_format, "error" if getattr(args, "quiet", False) else "info")
+    return Daemon(load).run()

@@ -1,0 +1,254 @@
+"""Commands that read the ledger (read-only connections): ``status``, ``quarantine``,
+``trials``, ``runs``, ``query``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .common import EXIT_FAIL, EXIT_OK, read_only, table
+
+
+def add_commands(cmd) -> None:
+    p = cmd("status", "Counts, active rubric, quarantine, last event, sources.")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = cmd("quarantine", "List files (and lines) that could not be ingested, with the reason.")
+    p.add_argument("--all", action="store_true", help="include entries resolved by a later good version")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_quarantine)
+
+    p = cmd("trials", "List vally trials (filters combine).")
+    p.add_argument("--run", metavar="DIR", help="run directory (relative to its vally source), or a part of it")
+    p.add_argument("--eval", metavar="NAME", dest="eval_name", help="eval name")
+    p.add_argument("--model", metavar="MODEL")
+    p.add_argument("--variant", metavar="NAME")
+    p.add_argument("--status", metavar="STATUS", help="success | error | skipped")
+    p.add_argument("--failed", action="store_true", help="only trials that did not pass")
+    p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_trials)
+
+    p = cmd("runs", "List vally runs with trial counts, pass counts and completeness.")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_runs)
+
+    p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
+    p.add_argument("sql")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="rows as a JSON array of objects")
+    fmt.add_argument("--csv", action="store_true", help="rows as CSV with a header")
+    p.set_defaults(func=cmd_query)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg, conn = read_only(args)
+
+    def one(sql: str, *a):
+        row = conn.execute(sql, a).fetchone()
+        return row[0] if row else None
+
+    last = conn.execute("SELECT seq, type, recorded_at, source_path FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    data = {
+        "store": str(cfg.store.path),
+        "active_rubric": one("SELECT value FROM ledger_state WHERE key = 'active_rubric'"),
+        "configured_rubric": cfg.scoring.rubric,
+        "configured_rubric_seen": one("SELECT value FROM ledger_state WHERE key = 'configured_rubric'"),
+        "backfill_in_progress": one("SELECT value FROM ledger_state WHERE key = 'backfill'") is not None,
+        "events": one("SELECT count(*) FROM events"),
+        "iterations": one("SELECT count(*) FROM iterations"),
+        "scores": {r[0]: r[1] for r in conn.execute(
+            "SELECT rubric_version, count(*) FROM scores GROUP BY rubric_version ORDER BY rubric_version")},
+        "sessions": one("SELECT count(DISTINCT source || char(0) || session_id) FROM sessions"),
+        "trials": one("SELECT count(*) FROM trials"),
+        "trajectories": one("SELECT count(*) FROM trajectories"),
+        "quarantined": one("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL"),
+        "last_event": dict(last) if last else None,
+        "sources": [_source_status(conn, dict(r)) for r in conn.execute(
+            "SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY kind, source")],
+    }
+    conn.close()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"ledger        {data['store']}")
+    rub = data["active_rubric"] or "(none yet)"
+    if data["active_rubric"] and data["configured_rubric_seen"] != cfg.scoring.rubric:
+        if data["active_rubric"] != cfg.scoring.rubric:
+            rub += f" (configured: {cfg.scoring.rubric}; the next ingest or score activates it and backfills)"
+    elif data["active_rubric"] and data["active_rubric"] != cfg.scoring.rubric:
+        rub += (f" (activated with --rubric; configured: {cfg.scoring.rubric}, which activates again"
+                " once the configured value changes)")
+    print(f"rubric        {rub}" + ("  [backfill in progress]" if data["backfill_in_progress"] else ""))
+    print(f"events        {data['events']}")
+    print(f"iterations    {data['iterations']}")
+    print("scores        " + (", ".join(f"{v} under {k}" for k, v in data["scores"].items()) or "0"))
+    print(f"sessions      {data['sessions']}")
+    if data["trials"]:
+        print(f"trials        {data['trials']}")
+    if data["trajectories"]:
+        print(f"trajectories  {data['trajectories']}")
+    print(f"quarantined   {data['quarantined']}" + ("  (see `agentledger quarantine`)" if data["quarantined"] else ""))
+    if last:
+        print(f"last event    #{last['seq']} {last['type']} at {last['recorded_at']}")
+    for s in data["sources"]:
+        if s["kind"] == "iteration_log":
+            print(f"source        {s['root']}  (repo {s['repo']}, trunk {s['trunk']}; "
+                  f"{s['files']} files, {s['iterations']} iterations)")
+        elif s["kind"] == "annotations":  # whole files, not tailed: no offsets
+            print(f"source        {s['root']}  (annotations; {s['files']} files, {s['trajectories']} trajectories)")
+        else:
+            print(f"source        {s['root']}  ({s['kind']}; {s['files']} files, {s['bytes_read']} bytes read, "
+                  f"{s['lag_bytes']} bytes behind)")
+            for f in s["tailed"]:
+                if f["lag_bytes"]:
+                    print(f"                {f['path']}: offset {f['offset']}, {f['lag_bytes']} bytes behind")
+    return EXIT_OK
+
+
+def _source_status(conn, src: dict) -> dict:
+    """Files tracked, and for tailed sources each file's offset and lag (bytes behind its end)."""
+    from pathlib import Path
+
+    src["files"] = conn.execute("SELECT count(*) FROM source_checkpoints WHERE source = ?",
+                                (src["source"],)).fetchone()[0]
+    if src["kind"] == "iteration_log":
+        src["iterations"] = conn.execute("SELECT count(*) FROM iterations WHERE source = ?",
+                                         (src["source"],)).fetchone()[0]
+        return src
+    if src["kind"] == "annotations":
+        src["trajectories"] = conn.execute("SELECT count(*) FROM trajectories WHERE source = ?",
+                                           (src["source"],)).fetchone()[0]
+        return src
+    tailed = []
+    for path, offset, line_no in conn.execute(
+            "SELECT path, byte_offset, line_no FROM source_checkpoints WHERE source = ? ORDER BY path",
+            (src["source"],)):
+        try:
+            size = (Path(src["root"]) / path).stat().st_size
+        except OSError:
+            size = None
+        tailed.append({"path": path, "offset": offset, "lines": line_no, "size": size,
+                       "lag_bytes": max(size - offset, 0) if size is not None else None})
+    src["tailed"] = tailed
+    src["bytes_read"] = sum(f["offset"] for f in tailed)
+    src["lag_bytes"] = sum(f["lag_bytes"] or 0 for f in tailed)
+    return src
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    _, conn = read_only(args)
+    sql = ("SELECT q.id, q.source, q.path, q.kind, q.line, q.col AS column, q.byte_offset, q.reason,"
+           " q.content_hash, q.seq, q.resolved_seq, e.recorded_at,"
+           " CASE WHEN q.kind IN ('verifier_result', 'review_decision', 'tasks')"
+           " THEN coalesce(s.repo, q.source) ELSE q.source END AS base"
+           " FROM quarantine q JOIN events e ON e.seq = q.seq LEFT JOIN sources s ON s.source = q.source")
+    if not args.all:
+        sql += " WHERE q.resolved_seq IS NULL"
+    rows = [dict(r) for r in conn.execute(sql + " ORDER BY q.seq")]
+    conn.close()
+    for r in rows:
+        r["full_path"] = os.path.join(r.pop("base"), r["path"])
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("nothing quarantined")
+    for r in rows:
+        pos = f":{r['line']}" if r["line"] else (f"@{r['byte_offset']}" if r["byte_offset"] is not None else "")
+        if r["line"] and r["column"]:
+            pos += f":{r['column']}"
+        where = r["full_path"]
+        state = "  (resolved)" if r["resolved_seq"] else ""
+        reason = r["reason"].replace("\n", "\n    ")
+        print(f"{where}{pos}{state}\n    {reason}")
+    return EXIT_OK
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    import sqlite_utils
+
+    from ..store.db import refuse_side_effects
+
+    _, conn = read_only(args)
+    db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
+    refusals = refuse_side_effects(conn)
+    try:
+        cursor = db.execute(args.sql)
+        columns = [d[0] for d in cursor.description or []]
+        rows = cursor.fetchall()
+    except sqlite3.Error as exc:
+        if refusals.reason:
+            print(f"agentledger: query refused: {refusals.reason}", file=sys.stderr)
+        elif "readonly" in str(exc) or "read-only" in str(exc):
+            print(f"agentledger: query refused: the ledger is read-only here ({exc})", file=sys.stderr)
+        else:
+            print(f"agentledger: query failed: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    finally:
+        conn.close()
+    if args.json:
+        print(json.dumps([dict(zip(columns, r)) for r in rows], indent=2, default=str))
+    elif args.csv:
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    else:
+        table([dict(zip(columns, r)) for r in rows], columns)
+    return EXIT_OK
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    _, conn = read_only(args)
+    where, params = [], []
+    for col, val in (("eval_name", args.eval_name), ("model", args.model), ("variant", args.variant),
+                     ("status", args.status)):
+        if val:
+            where.append(f"{col} = ?")
+            params.append(val)
+    if args.run:
+        where.append("instr(run_dir, ?) > 0")
+        params.append(args.run)
+    if args.failed:
+        where.append("passed = 0")
+    sql = ("SELECT run_dir, eval_name, stimulus, model, variant, trial_index, status, passed, grade_score,"
+           " duration_ms, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, tool_calls,"
+           " tool_errors, turns, item_id, raw_path, raw_offset, raw_length FROM trials")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY run_dir, eval_name, stimulus, model, trial_index"
+    if args.limit:
+        sql += f" LIMIT {int(args.limit)}"
+    rows = [dict(r) for r in conn.execute(sql, params)]
+    conn.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no trials")
+    else:
+        table(rows, ["run_dir", "eval_name", "model", "variant", "trial_index", "status", "passed",
+                      "grade_score", "duration_ms", "input_tokens", "tool_errors"])
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    _, conn = read_only(args)
+    rows = [dict(r) for r in conn.execute(
+        "SELECT r.source, r.run_dir, r.run_id, r.kind, r.experiment, r.variant, r.trials, r.passed, r.errors,"
+        " r.complete, round(1.0 * r.passed / nullif(r.trials, 0), 4) AS pass_rate FROM runs r"
+        " ORDER BY r.source, r.run_dir")]
+    conn.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no runs")
+    else:
+        table(rows, ["run_dir", "kind", "variant", "trials", "passed", "errors", "pass_rate", "complete"])
+    return EXIT_OK
