@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .store.db import default_store_path
+from .paths import default_store_path
 
 DEFAULT_RUBRIC = "2.1.0"
 DEFAULT_TRUNK = "master"

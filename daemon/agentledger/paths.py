@@ -1,9 +1,16 @@
-"""Where the data files of ``schema/`` are, installed or in a checkout."""
+"""Where things are: the data files of ``schema/`` (installed or in a checkout), the default ledger."""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
+
+
+def default_store_path() -> Path:
+    """The ledger when no configuration names one: ``$XDG_STATE_HOME/agentledger/ledger.sqlite``."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "agentledger" / "ledger.sqlite"
 
 
 @cache

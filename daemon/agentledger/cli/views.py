@@ -44,7 +44,7 @@ def _out(path: Path | None):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..output import export
+    from ..views import export
 
     _, conn = read_only(args)
     out = _out(args.output)
@@ -66,8 +66,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..output import export
     from ..store import db
+    from ..views import export
 
     cfg = load_config(args)
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
@@ -86,7 +86,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..output import report
+    from ..views import report
 
     cfg, conn = read_only(args)
     data = report.gather(conn, since=args.since, session=args.session)

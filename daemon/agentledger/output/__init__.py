@@ -1,1 +1,1 @@
-"""What the ledger writes for people and other tools: sidecars, the HTML report, exports."""
+"""What the ledger writes beside the logs: score sidecars, rendered byte for byte as the reference does, and the atomic writer (with its writer thread)."""

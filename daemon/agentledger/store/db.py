@@ -9,7 +9,6 @@ where its conveniences help (migrations, ``query``), never on the hot path.
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
 import time
@@ -144,11 +143,6 @@ def write_transaction(conn: sqlite3.Connection, *, attempts: int = 8) -> Iterato
         raise
     else:
         conn.execute("COMMIT")
-
-
-def default_store_path() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "agentledger" / "ledger.sqlite"
 
 
 @contextmanager

@@ -1,0 +1,108 @@
+"""Session aggregates: each (source, session, rubric)'s summary of its iterations'
+scores, recomputed once per transaction for the sessions an event touched, and the
+session sidecar bytes it stands for."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+from ..output import sidecars
+from ..scoring import rubric as rubrics
+from .events import canonical_json
+
+
+def real(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+class SessionProjection:
+    """``Projector``'s session bookkeeping (its state lives in ``Projector.__init__``)."""
+
+    conn: sqlite3.Connection
+
+    def _mark_sessions_of(self, source: str, iteration: int, version: str | None = None) -> None:
+        """Mark the iteration's session for recompute: under ``version`` (a new score
+        changes only its own rubric's summary), or under every rubric it has a score
+        in (its record changed, and with it maybe its session)."""
+        row = self.conn.execute("SELECT session_id FROM iterations WHERE source = ? AND iteration = ?",
+                                (source, iteration)).fetchone()
+        if row is None or not row[0]:
+            return
+        if version is not None:
+            self.dirty_sessions.add((source, row[0], version))
+            return
+        for (version,) in self.conn.execute(
+                "SELECT DISTINCT rubric_version FROM scores WHERE source = ? AND iteration = ?",
+                (source, iteration)):
+            self.dirty_sessions.add((source, row[0], version))
+
+    # -- sessions -------------------------------------------------------------------
+    def _recompute_sessions(self, source: str, version: str, ids: list[str]) -> set[tuple[str, str, str]]:
+        """Re-derive sessions of one source and rubric (three statements, however
+        many sessions: a transcript line can touch a hundred of them); returns the
+        keys whose row changed."""
+        wanted = canonical_json(ids)
+        old = {r[0]: (r[1], r[2]) for r in self.conn.execute(
+            "SELECT session_id, sidecar_sha256, iterations FROM sessions WHERE source = ? AND rubric_version = ?"
+            " AND session_id IN (SELECT value FROM json_each(?))", (source, version, wanted))}
+        rows: dict[str, list] = {}
+        for r in self.conn.execute(
+                _SESSION_ROWS + " AND i.session_id IN (SELECT value FROM json_each(?)) ORDER BY i.session_id,"
+                " i.iteration", (version, source, wanted)):
+            rows.setdefault(r[0], []).append(r)
+        changed, gone, upserts = set(), [], []
+        band_of = rubrics.load(version).band
+        for session_id in ids:
+            if session_id not in rows:
+                if session_id in old:
+                    gone.append((source, session_id, version))
+                    changed.add((source, session_id, version))
+                continue
+            entries, scored, value, band = _summarize(rows[session_id], band_of)
+            name = sha = None
+            if sidecars.unsafe_session_id(session_id) is None:
+                name = sidecars.session_sidecar_name(session_id)
+                data = sidecars.render_session(session_id, version, entries, scored, value, band)
+                sha = sidecars.sha256(data)
+                self.session_bytes[(source, session_id, version)] = (data, sha)
+            iters = canonical_json([e.iteration for e in entries])
+            upserts.append((source, session_id, version, iters, int(scored), real(value), band, name, sha))
+            if old.get(session_id) != (sha, iters):
+                changed.add((source, session_id, version))
+        self.conn.executemany("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?", gone)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
+            " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)", upserts)
+        return changed
+
+
+_SESSION_ROWS = ("SELECT i.session_id, i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"
+                 " ON s.source = i.source AND s.iteration = i.iteration AND s.rubric_version = ?"
+                 " WHERE i.source = ?")
+
+
+def _summarize(rows, band_of) -> tuple[list[sidecars.SessionEntry], bool, float, str]:
+    """(entries, scored, value, band) from a session's (session_id, iteration, scored, value, band) rows."""
+    entries = []
+    for r in rows:
+        value = r[3] if r[3] is not None else (math.nan if r[2] else 0.0)
+        entries.append(sidecars.SessionEntry(r[1], bool(r[2]), value, r[4]))
+    scored, value, band = sidecars.session_value(entries, band_of)
+    return entries, scored, value, band
+
+
+def session_summary(conn: sqlite3.Connection, source: str, session_id: str, version: str):
+    """(entries, scored, value, band) of a session under one rubric, None if it has none."""
+    rows = conn.execute(_SESSION_ROWS + " AND i.session_id = ? ORDER BY i.iteration",
+                        (version, source, session_id)).fetchall()
+    return _summarize(rows, rubrics.load(version).band) if rows else None
+
+
+def session_document(conn: sqlite3.Connection, source: str, session_id: str, version: str) -> bytes | None:
+    """The session sidecar bytes the ledger stands for (None: no session, or an unsafe id)."""
+    summary = session_summary(conn, source, session_id, version)
+    if summary is None or sidecars.unsafe_session_id(session_id) is not None:
+        return None
+    entries, scored, value, band = summary
+    return sidecars.render_session(session_id, version, entries, scored, value, band)

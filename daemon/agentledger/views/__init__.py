@@ -1,0 +1,1 @@
+"""Views of the ledger for people and other tools: the HTML report, exports and imports."""
