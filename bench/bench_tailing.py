@@ -70,7 +70,7 @@ conn.execute("COMMIT")
 '''
 
 
-# The yardstick of sessions 1-2, kept for comparison: ten of the columns, no hash.
+# A narrower yardstick, kept for comparison: ten of the columns, no hash.
 BASELINE_MINIMAL = r'''
 import json, sqlite3, sys
 path, db = sys.argv[1], sys.argv[3]

@@ -113,3 +113,12 @@ def test_no_module_is_over_the_size_a_newcomer_reads_in_one_sitting() -> None:
     big = {n: len(p.read_text("utf-8").splitlines()) for n, p in modules()}
     over = {n: lines for n, lines in big.items() if lines > 450}
     assert not over, f"modules over 450 lines: {over}"
+
+
+def test_no_class_is_over_the_size_a_newcomer_reads_in_one_sitting() -> None:
+    over = {}
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 260:
+                over[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not over, f"classes over 260 lines: {over}"

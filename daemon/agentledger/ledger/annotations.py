@@ -44,8 +44,11 @@ class Annotations:
         if full:
             todo += sorted(set(known) - set(todo))  # gone since the last scan
         for start in range(0, len(todo), BATCH_FILES):
-            changes = [c for c in (self._look(src, rel, known.get(rel), report)
-                                   for rel in todo[start:start + BATCH_FILES]) if c is not None]
+            changes = []  # rebound first: the last batch's parsed documents are freed before these are read
+            for rel in todo[start:start + BATCH_FILES]:
+                change = self._look(src, rel, known.get(rel), report)
+                if change is not None:
+                    changes.append(change)
             if not changes:
                 continue
             with commit.transaction(self.ctx) as projector:
