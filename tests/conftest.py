@@ -101,6 +101,14 @@ def cli_subprocess(*args: str, cwd: Path | None = None, env: dict | None = None,
                           cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+def empty_ledger(path: Path) -> Path:
+    """A new, migrated ledger with nothing in it (read commands never create one)."""
+    from agentledger.store.db import connect
+
+    connect(path).close()
+    return path
+
+
 def copy_log(src: Path, dst: Path) -> Path:
     """A writable copy of an iteration log as an agent leaves it: without the
     ``*.score.yaml`` sidecars a scorer wrote into the fixture (the real log ships

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, copy_log, need_fixtures, run_cli
+from .conftest import REAL_LOG, REFERENCE, TESTDATA, cli_subprocess, copy_log, empty_ledger, need_fixtures, run_cli
 
 
 def adhoc(log: Path, repo: Path, db: Path) -> list[str]:
@@ -65,7 +65,7 @@ def test_session_id_path_traversal_is_refused(tmp_path: Path, empty_repo) -> Non
 
 
 def test_query_is_read_only(tmp_path: Path) -> None:
-    db = tmp_path / "l.sqlite"
+    db = empty_ledger(tmp_path / "l.sqlite")
     code, out, _ = run_cli("query", "SELECT count(*) AS n FROM events", "--json", "--db", str(db))
     assert code == 0 and json.loads(out) == [{"n": 0}]
     for sql in ("DELETE FROM events", "INSERT INTO ledger_state VALUES ('a','b')", "DROP TABLE scores",
@@ -79,7 +79,7 @@ def test_query_is_read_only(tmp_path: Path) -> None:
 def test_query_creates_no_file_and_says_read_only(tmp_path: Path) -> None:
     """ATTACH creates the file it names and VACUUM INTO leaves an empty one behind unless
     refused before SQLite opens anything; a PRAGMA that sets is refused as read-only."""
-    db = tmp_path / "l.sqlite"
+    db = empty_ledger(tmp_path / "l.sqlite")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     refused = {
@@ -174,7 +174,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run_cli("ingest", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("ingest", "--once", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("score", "x")[0] == 2
-    assert run_cli("status", "--rubric", "9.9.9", "--db", str(tmp_path / "l.sqlite"))[0] == 0
+    assert run_cli("status", "--rubric", "9.9.9", "--db", str(empty_ledger(tmp_path / "l.sqlite")))[0] == 0
     code, _, err = run_cli("ingest", "--once", "--rubric", "9.9.9", "--iteration-log", str(tmp_path),
                            "--repo", str(tmp_path), "--db", str(tmp_path / "l.sqlite"))
     assert code == 2 and "unknown rubric version" in err
@@ -226,7 +226,7 @@ def test_example_config_is_valid_and_complete() -> None:
 def test_python_m_and_console_script(tmp_path: Path) -> None:
     proc = cli_subprocess("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("agentledger ")
-    proc = cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite"))
+    proc = cli_subprocess("status", "--json", "--db", str(empty_ledger(tmp_path / "l.sqlite")))
     assert proc.returncode == 0 and json.loads(proc.stdout)["events"] == 0
 
 
@@ -282,3 +282,66 @@ def test_fixture_directories_as_shipped(tmp_path: Path, empty_repo, name: str, q
     assert json.loads(out)["scored"] == scored
     code, out, _ = run_cli("quarantine", "--json", *args)
     assert {q["path"] for q in json.loads(out)} == quarantined
+
+
+BAD_ARGUMENTS = [  # (arguments, exit status): 1 nothing there / cannot, 2 a bad flag or value
+    (["status", "--db", "{tmp}/nowhere/x.sqlite"], 1),
+    (["quarantine", "--db", "{tmp}/none.sqlite"], 1),
+    (["query", "SELECT 1", "--db", "{tmp}/none.sqlite"], 1),
+    (["ingest", "--iteration-log", "{tmp}/nope", "--repo", "{tmp}", "--db", "{db}"], 2),
+    (["ingest", "--iteration-log", "{tmp}/log", "--repo", "{tmp}", "--transcripts", "/nonexistent/claude",
+      "--db", "{db}"], 2),
+    (["ingest", "--vally", "/nonexistent/vally", "--db", "{db}"], 2),
+    (["ingest", "--annotations", "/nonexistent/annotations", "--db", "{db}"], 2),
+    (["ingest", "--db", "{db}"], 2),
+    (["--rubric", "9.9", "ingest", "--iteration-log", "{tmp}/log", "--repo", "{tmp}", "--db", "{db}"], 2),
+    (["--rubric", "9.9", "rebuild", "--db", "{db}"], 2),
+    (["score", "x"], 2),
+    (["score", "99", "--iteration-log", "{tmp}/log", "--repo", "{tmp}", "--db", "{db}"], 1),
+    (["trials", "--limit", "-5", "--db", "{db}"], 2),
+    (["trajectories", "--limit", "x", "--db", "{db}"], 2),
+    (["trajectories", "--format", "v9", "--db", "{db}"], 2),
+    (["trajectory", "zzz", "--db", "{db}"], 1),
+    (["lint", "{tmp}/nonexist.md"], 2),
+    (["report", "--since", "yesterday", "-o", "{tmp}/r.html", "--db", "{db}"], 2),
+    (["report", "--session", "nope", "-o", "{tmp}/r.html", "--db", "{db}"], 1),
+    (["report", "-o", "/nonexistent/dir/r.html", "--db", "{db}"], 1),
+    (["export", "--type", "score.compted", "--db", "{db}"], 2),
+    (["export", "-o", "/nonexistent/dir/e.jsonl", "--db", "{db}"], 1),
+    (["export", "--format", "xml", "--db", "{db}"], 2),
+    (["import", "/nonexistent.jsonl", "--db", "{db}"], 1),
+    (["query", "ATTACH DATABASE '{tmp}/x.db' AS x", "--db", "{db}"], 1),
+    (["query", "SELEC nonsense", "--db", "{db}"], 1),
+    (["ui", "--port", "http", "--db", "{db}"], 2),
+    (["nosuchcommand"], 2),
+    (["--config", "/nonexistent/agentledger.toml", "status"], 2),
+]
+
+
+@pytest.mark.parametrize("argv, status", BAD_ARGUMENTS, ids=[" ".join(a[:3]) for a, _ in BAD_ARGUMENTS])
+def test_bad_arguments_fail_with_one_line_and_no_traceback(tmp_path: Path, argv: list[str], status: int) -> None:
+    """Every command, given a bad argument: its documented exit status, exactly one line
+    on stderr, no traceback, and no ledger or directory created by a read command."""
+    db = empty_ledger(tmp_path / "l.sqlite")
+    (tmp_path / "log").mkdir()
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{db}", str(db)) for a in argv]
+    proc = cli_subprocess(*args, cwd=tmp_path)
+    assert proc.returncode == status, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "nowhere").exists() and not (tmp_path / "none.sqlite").exists()
+
+
+def test_typos_in_the_environment_fail_loudly(tmp_path: Path) -> None:
+    db = str(empty_ledger(tmp_path / "l.sqlite"))
+    proc = cli_subprocess("status", "--db", db, env={"AGENTLEDGER_SCORING_RUBRIK": "3.0.0"})
+    assert proc.returncode == 2 and "did you mean AGENTLEDGER_SCORING_RUBRIC" in proc.stderr
+    proc = cli_subprocess("status", "--db", db, env={"AGENTLEDGER_DAEMON_RECONCILE_SECONDS": "abc"})
+    assert proc.returncode == 2 and proc.stderr.startswith("agentledger: error: $AGENTLEDGER_DAEMON_RECONCILE_SECONDS")
+
+
+def test_an_empty_source_directory_is_warned_about(tmp_path: Path, empty_repo) -> None:
+    (tmp_path / "log").mkdir()
+    code, _, err = run_cli("ingest", "--iteration-log", str(tmp_path / "log"), "--repo", str(empty_repo.path),
+                           "--db", str(tmp_path / "l.sqlite"))
+    assert code == 0 and "no iter-N.yaml or historical.yaml here" in err

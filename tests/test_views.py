@@ -24,7 +24,7 @@ import yaml
 from agentledger.example import synth
 from agentledger.store.projections import PROJECTION_TABLES
 
-from .conftest import REFERENCE, run_cli
+from .conftest import REFERENCE, empty_ledger, run_cli
 from .test_conformance import ledger_for, prepare, run_ingest
 
 VIEWS = ("latest_scores", "score_history", "signal_contributions", "integrity_deltas", "integrity_by_role",
@@ -260,8 +260,7 @@ def test_export_then_import_reproduces_the_projections(tmp_path: Path) -> None:
 
 
 def test_read_commands_upgrade_a_ledger_written_by_an_older_version(tmp_path: Path) -> None:
-    db = tmp_path / "l.sqlite"
-    assert run_cli("status", "--db", str(db))[0] == 0  # creates a current ledger
+    db = empty_ledger(tmp_path / "l.sqlite")  # a current ledger
     with sqlite3.connect(db) as c:  # make it look like one written before migration 5
         views = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
         for v in ("latest_scores", "score_history", "source_lag"):

@@ -215,6 +215,30 @@ def split_transcripts(entries, base: Path) -> tuple[tuple[Path, ...], tuple[Path
     return tuple(dict.fromkeys(plain)), tuple(dict.fromkeys(vally))
 
 
+# AGENTLEDGER_* variables that are not [section] keys: the config file, ad-hoc sources,
+# worker-pool knobs, and the test suite's own.
+OTHER_VARIABLES = frozenset({
+    "AGENTLEDGER_CONFIG", "AGENTLEDGER_ITERATION_LOG", "AGENTLEDGER_REPO", "AGENTLEDGER_TRUNK",
+    "AGENTLEDGER_WORKERS", "AGENTLEDGER_PARALLEL_TAIL_BYTES", "AGENTLEDGER_PARALLEL_TAIL_BLOCK",
+    "AGENTLEDGER_PARALLEL_MIN_ITEMS", "AGENTLEDGER_SHARED", "AGENTLEDGER_TEST_RUN",
+})
+
+
+def _check_environment(env: dict[str, str]) -> None:
+    """An ``AGENTLEDGER_*`` variable that names no setting is a typo: say so, and which
+    one was probably meant, instead of ignoring it."""
+    import difflib
+
+    settings = {f"AGENTLEDGER_{section.upper()}_{f.name.upper()}" for section, cls in _SECTIONS.items()
+                for f in fields(cls)}
+    known = settings | OTHER_VARIABLES
+    for name in sorted(env):
+        if name.startswith("AGENTLEDGER_") and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else f" (settings: {', '.join(sorted(settings))})"
+            raise ConfigError(f"unknown environment variable ${name}{hint}")
+
+
 def find_config_file(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)
@@ -242,6 +266,7 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
         origin = str(path)
         base = path.resolve().parent
+    _check_environment(env)
     unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally", "annotations"})
     if unknown:
         raise ConfigError(f"{origin}: unknown section(s): {', '.join(unknown)}")
@@ -254,6 +279,7 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
         for f in fields(cls):
             key = f"AGENTLEDGER_{section.upper()}_{f.name.upper()}"
             if env.get(key):
+                _coerce(section, f.name, f.type, env[key], f"${key}")  # a bad value is blamed on its variable
                 raw[f.name] = env[key]
         if section == "store" and "path" in raw and path is not None and not env.get("AGENTLEDGER_STORE_PATH"):
             raw["path"] = str(base / os.path.expanduser(raw["path"]))

@@ -3,8 +3,9 @@
 Thin: each command parses flags, calls the ledger, prints. One module per group of
 commands (``ingest``: take data in and keep scores fresh; ``read``: look at the
 ledger; ``trajectories``; ``views``: ui, report, export, import), and ``common``
-for what they share. Exit status 0 on success, 1 on failure, 2 on a usage
-error. Imports stay lazy so that ``agentledger score N`` (the close-task hook)
+for what they share. Exit status: 0 ok; 1 findings, nothing found, or a failure
+(one line on stderr); 2 a usage error (bad flag or value, one line naming the
+valid ones). No input the user gives ends in a traceback. Imports stay lazy so that ``agentledger score N`` (the close-task hook)
 loads only the stdlib, PyYAML and the scorer.
 """
 
@@ -15,11 +16,19 @@ import sys
 from collections.abc import Sequence
 
 from . import ingest, read, trajectories, views
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Failure, UsageError, add_common_flags
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what is wrong, and where help is),
+    not the whole usage block: the sub-commands share this class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agentledger",
         description="An event-sourced ledger of coding-agent runs that keeps their outcome scores fresh.",
     )
@@ -60,11 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UnknownRubric) as exc:
         print(f"agentledger: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except StoreError as exc:
+    except (StoreError, Failure) as exc:
         print(f"agentledger: error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:  # a file the user named cannot be read or written: one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"agentledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 

@@ -14,7 +14,11 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    pass
+    """Bad flags or values: exit 2, one line naming what is valid."""
+
+
+class Failure(Exception):
+    """The command cannot do what was asked (nothing there, cannot read or write): exit 1, one line."""
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
@@ -59,11 +63,48 @@ def open_ledger(args: argparse.Namespace, *, need_sources: bool = True):
     cfg = load_config(args)
     if need_sources and not cfg.has_sources:
         raise UsageError(NO_SOURCES)
+    check_flag_paths(args)
     ledger = Ledger(cfg)
     if not getattr(args, "quiet", False):
         ledger.announce = lambda msg: print(f"agentledger: {msg}", file=sys.stderr, flush=True)
     ledger.register_sources()
     return ledger
+
+
+def check_flag_paths(args: argparse.Namespace) -> None:
+    """A directory named on the command line must exist: a one-off command on a typo'd
+    path would otherwise report nothing found and exit 0 (and remember the source)."""
+    import os
+
+    named = [("--iteration-log", getattr(args, "iteration_log", None)), ("--repo", getattr(args, "repo", None))]
+    for flag in ("transcripts", "vally", "annotations"):
+        named += [(f"--{flag}", p.removeprefix("vally:")) for p in getattr(args, flag, None) or ()]
+    for flag, path in named:
+        if path and not os.path.isdir(os.path.expanduser(path)):
+            raise UsageError(f"{flag} {path}: no such directory")
+
+
+def empty_source_warnings(cfg) -> list[str]:
+    """What each existing source directory was expected to hold, where it holds none of it."""
+    from pathlib import Path
+
+    def has(path: Path, pattern: str, recursive: bool = False) -> bool:
+        try:
+            return next(iter(path.rglob(pattern) if recursive else path.glob(pattern)), None) is not None
+        except OSError:
+            return True  # unreadable: the scan reports it
+
+    out = []
+    for s in cfg.iteration_logs:
+        if s.path.is_dir() and not (has(s.path, "iter-*.yaml") or (s.path / "historical.yaml").exists()):
+            out.append(f"{s.path}: no iter-N.yaml or historical.yaml here (an iteration log is "
+                       ".agents/active/iteration-log in a dot-agents repository)")
+        out += [f"{d}: no *.jsonl transcripts here" for d in s.transcripts if d.is_dir() and not has(d, "*.jsonl")]
+    out += [f"{v.path}: no results.jsonl or run-summary.jsonl under it" for v in cfg.vally if v.path.is_dir()
+            and not (has(v.path, "results.jsonl", True) or has(v.path, "run-summary.jsonl", True))]
+    out += [f"{a.path}: no *.md annotated trajectories under it" for a in cfg.annotations
+            if a.path.is_dir() and not has(a.path, "*.md", True)]
+    return out
 
 
 def progress_bar():
@@ -99,12 +140,33 @@ def print_report(args: argparse.Namespace, title: str, report, extra: dict | Non
     return EXIT_FAIL if report.errors else EXIT_OK
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number ≥ 0 (``--limit``; 0 means all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, not {value}")
+    return value
+
+
+def output_file(path) -> None:
+    """Fail before any work when ``path`` (an ``--output``) cannot be created."""
+    from pathlib import Path
+
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise Failure(f"cannot write {path}: no directory {parent}")
+
+
 def read_only(args: argparse.Namespace):
     from ..store.db import connect, connect_readonly
 
     cfg = load_config(args)
-    if not cfg.store.path.exists():
-        connect(cfg.store.path).close()  # an empty, migrated ledger reads as zeros
+    if not cfg.store.path.is_file():  # a read command never creates a ledger (or its directory)
+        raise Failure(f"no ledger at {cfg.store.path}; run `agentledger ingest` first "
+                      "(or point --db / [store] path at one)")
     conn = connect_readonly(cfg.store.path)
     from ..store.migrate import migration_files
 

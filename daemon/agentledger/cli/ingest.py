@@ -7,7 +7,17 @@ import argparse
 import json
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, NO_SOURCES, UsageError, load_config, open_ledger, print_report, progress_bar
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    NO_SOURCES,
+    UsageError,
+    empty_source_warnings,
+    load_config,
+    open_ledger,
+    print_report,
+    progress_bar,
+)
 
 
 def add_commands(cmd) -> None:
@@ -39,6 +49,8 @@ def add_commands(cmd) -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     ledger = open_ledger(args)
+    for warning in empty_source_warnings(ledger.cfg):
+        print(f"agentledger: warning: {warning}", file=sys.stderr)
     try:
         bar, update = progress_bar()
         if bar:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, read_only, table
+from .common import EXIT_FAIL, EXIT_OK, count, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -28,7 +28,7 @@ def add_commands(cmd) -> None:
     p.add_argument("--variant", metavar="NAME")
     p.add_argument("--status", metavar="STATUS", help="success | error | skipped")
     p.add_argument("--failed", action="store_true", help="only trials that did not pass")
-    p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)")
+    p.add_argument("--limit", type=count, default=200, help="at most this many rows (default 200; 0: all)")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_trials)
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import UsageError, read_only, table
+from .common import Failure, UsageError, count, read_only, table
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -21,10 +21,11 @@ def add_commands(cmd) -> None:
     p.add_argument("--task", metavar="ID", help="task id, or a part of it")
     p.add_argument("--group", metavar="TASK_GROUP", help="task group, or a part of it")
     p.add_argument("--verdict", metavar="VERDICT")
-    p.add_argument("--format", dest="format_version", metavar="VERSION", help="v1 | v2 | v3 | off-format")
+    p.add_argument("--format", dest="format_version", choices=("v1", "v2", "v3", "off-format"),
+                   help="only files of this format version")
     p.add_argument("--disagreeing", action="store_true",
                    help="only files whose declared computed fields disagree with the derived ones")
-    p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200; 0: all)")
+    p.add_argument("--limit", type=count, default=200, help="at most this many rows (default 200; 0: all)")
     p.add_argument("--json", action="store_true", help="one object per file")
     p.set_defaults(func=cmd_trajectories)
 
@@ -105,10 +106,10 @@ def cmd_trajectory(args: argparse.Namespace) -> int:
         "SELECT source, path FROM trajectories WHERE instr(task_id, ?) > 0 OR instr(path, ?) > 0"
         " ORDER BY source, path", (args.id, args.id)).fetchall()
     if not matches:
-        raise UsageError(f"no trajectory matches {args.id!r}")
+        raise Failure(f"no trajectory matches {args.id!r} (`agentledger trajectories` lists them)")
     if len(matches) > 1:
-        names = "\n  ".join(m["path"] for m in matches[:20])
-        raise UsageError(f"{len(matches)} trajectories match {args.id!r}; name one by its path:\n  {names}")
+        names = ", ".join(m["path"] for m in matches[:5]) + (", …" if len(matches) > 5 else "")
+        raise UsageError(f"{len(matches)} trajectories match {args.id!r}; name one by its path: {names}")
     src, path = matches[0]
     (obj,) = _objects(conn, "source = ? AND path = ?", (src, path))
     obj["phases"] = [dict(r) for r in conn.execute(
@@ -160,6 +161,8 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
     out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
+        if not p.exists():
+            raise UsageError(f"no such file or directory: {p}")
         if p.is_dir():
             out += [(p / rel, False) for rel in discover(p)]
         else:

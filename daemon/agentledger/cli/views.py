@@ -8,7 +8,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, load_config, read_only
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Failure, UsageError, load_config, output_file, read_only
 
 
 def add_commands(cmd) -> None:
@@ -44,8 +44,14 @@ def _out(path: Path | None):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..store.events import CURRENT
     from ..views import export
 
+    unknown = sorted(set(args.types) - set(CURRENT))
+    if unknown:
+        raise UsageError(f"unknown event type(s) {', '.join(unknown)} (types: {', '.join(sorted(CURRENT))})")
+    if args.output:
+        output_file(args.output)
     _, conn = read_only(args)
     out = _out(args.output)
     try:
@@ -70,8 +76,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..views import export
 
     cfg = load_config(args)
+    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # before the ledger is opened
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
-    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
     try:
         read, new = export.import_lines(conn, src)
     except export.ImportError_ as exc:
@@ -88,8 +94,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from ..views import report
 
+    since = _since(args.since)
+    output_file(args.output)
     cfg, conn = read_only(args)
-    data = report.gather(conn, since=args.since, session=args.session)
+    if args.session and conn.execute("SELECT 1 FROM iterations WHERE session_id = ? LIMIT 1",
+                                     (args.session,)).fetchone() is None:
+        recent = [r[0] for r in conn.execute(
+            "SELECT session_id FROM iterations WHERE session_id <> '' GROUP BY session_id"
+            " ORDER BY max(iteration) DESC LIMIT 5")]
+        conn.close()
+        raise Failure(f"no session {args.session!r} in the ledger"
+                      + (f" (the latest: {', '.join(recent)})" if recent else " (it has no sessions)"))
+    data = report.gather(conn, since=since, session=args.session)
     conn.close()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     text = report.render(data, generated_at=now, ledger=str(cfg.store.path))
@@ -100,6 +116,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _since(text: str | None) -> str | None:
+    """``--since``: a date or an ISO 8601 time, as the report compares it (UTC)."""
+    if text is None:
+        return None
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since: not a date or time: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
+    return text
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     from ..service import ui
 
@@ -107,9 +134,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print("agentledger ui needs Datasette: pip install 'agentledger[ui]'", file=sys.stderr)
         return EXIT_USAGE
     path = Path(load_config(args).store.path)
-    if not path.exists():
-        print(f"agentledger: error: no ledger at {path}", file=sys.stderr)
-        return EXIT_FAIL
     read_only(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
     # The metadata reaches Datasette through a pipe, not a temp file: the exec below
     # leaves nothing behind to clean, whatever ends Datasette.

@@ -41,7 +41,8 @@ class Rubric:
 
 
 class UnknownRubric(KeyError):
-    pass
+    def __str__(self) -> str:  # a KeyError prints its repr; this is a message for people
+        return str(self.args[0]) if self.args else "unknown rubric"
 
 
 def available() -> list[str]:
