@@ -98,7 +98,7 @@ class DaemonConfig:
     trunk_check_seconds: int = 30  # how often a moved trunk (landing, revert) is looked for
     debounce_ms: int = 50  # how long watchfiles gathers a burst of changes
     force_polling: bool = False  # poll instead of inotify (NFS, some containers)
-    log_format: str = "json"  # json (journald) | console
+    log_format: str = "auto"  # auto (json under journald or off a terminal, console on one) | json | console
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": Sidecar
              "daemon": DaemonConfig, "limits": LimitsConfig}
 _CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
             ("sidecars", "fsync"): ("auto", "always", "never"),
-            ("daemon", "log_format"): ("json", "console")}
+            ("daemon", "log_format"): ("auto", "json", "console")}
 
 
 def _coerce(section: str, key: str, tp: Any, value: Any, where: str) -> Any:
@@ -239,14 +239,37 @@ def _check_environment(env: dict[str, str]) -> None:
             raise ConfigError(f"unknown environment variable ${name}{hint}")
 
 
+SYSTEM_CONFIG = Path("/etc/agentledger/agentledger.toml")
+
+
+def config_candidates() -> list[Path]:
+    """Where a configuration file is looked for when none is named, in order: the
+    current directory, the user's ($XDG_CONFIG_HOME), the system's."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return [Path("agentledger.toml"), Path(xdg) / "agentledger" / "agentledger.toml", SYSTEM_CONFIG]
+
+
 def find_config_file(explicit: str | None) -> Path | None:
+    """``--config``, then ``$AGENTLEDGER_CONFIG``, then the first of ``config_candidates``
+    that exists; None: built-in defaults."""
     if explicit:
         return Path(explicit)
     env = os.environ.get("AGENTLEDGER_CONFIG")
     if env:
         return Path(env)
-    local = Path("agentledger.toml")
-    return local if local.is_file() else None
+    return next((p for p in config_candidates() if p.is_file()), None)
+
+
+def find_dot_agents_log(start: Path | None = None) -> tuple[Path, Path] | None:
+    """(iteration log, repository) of the dot-agents repository around ``start`` (the
+    current directory or a parent holding ``.agents/active/iteration-log``), so that
+    ``agentledger score N`` needs no configuration inside one."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        log = d / ".agents" / "active" / "iteration-log"
+        if log.is_dir():
+            return log, d
+    return None
 
 
 def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Config:

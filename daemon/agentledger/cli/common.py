@@ -62,6 +62,8 @@ def open_ledger(args: argparse.Namespace, *, need_sources: bool = True):
 
     cfg = load_config(args)
     if need_sources and not cfg.has_sources:
+        cfg = with_discovered_log(cfg)
+    if need_sources and not cfg.has_sources:
         raise UsageError(NO_SOURCES)
     check_flag_paths(args)
     ledger = Ledger(cfg)
@@ -69,6 +71,18 @@ def open_ledger(args: argparse.Namespace, *, need_sources: bool = True):
         ledger.announce = lambda msg: print(f"agentledger: {msg}", file=sys.stderr, flush=True)
     ledger.register_sources()
     return ledger
+
+
+def with_discovered_log(cfg):
+    """No source configured: the dot-agents repository around the current directory."""
+    from dataclasses import replace
+
+    from ..config import find_dot_agents_log, make_source
+
+    found = find_dot_agents_log()
+    if found is None:
+        return cfg
+    return replace(cfg, iteration_logs=(make_source(found[0], found[1]),))
 
 
 def check_flag_paths(args: argparse.Namespace) -> None:
@@ -107,18 +121,20 @@ def empty_source_warnings(cfg) -> list[str]:
     return out
 
 
-def progress_bar():
-    """A rich progress bar on a terminal; nothing elsewhere (logs, CI, hooks)."""
+def progress_bar(label: str = "scoring"):
+    """A rich progress bar on a terminal; nothing elsewhere (logs, CI, hooks). It stays
+    hidden until the work has a count (no "0/?" frames while files are read)."""
     if not sys.stderr.isatty():
         return None, None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("backfill"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   transient=True)
-    task = bar.add_task("backfill", total=None)
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   transient=True, console=Console(stderr=True))  # stdout stays the command's output
+    task = bar.add_task(label, total=None, visible=False)
 
     def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+        bar.update(task, completed=done, total=total, visible=total > 0)
 
     return bar, update
 

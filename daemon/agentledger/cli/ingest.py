@@ -17,6 +17,7 @@ from .common import (
     open_ledger,
     print_report,
     progress_bar,
+    with_discovered_log,
 )
 
 
@@ -29,7 +30,9 @@ def add_commands(cmd) -> None:
     p.set_defaults(func=cmd_ingest)
 
     p = cmd("run", "Run as a service: scan, then watch every source and keep scores fresh (SIGTERM stops).")
-    p.add_argument("--log-format", choices=("json", "console"), help="log lines for journald (json) or people")
+    p.add_argument("--log-format", choices=("auto", "json", "console"),
+                   help="json lines for journald, console lines for people; auto (default): json unless stdout "
+                        "is a terminal outside journald")
     p.set_defaults(func=cmd_run)
 
     p = cmd("score", "Ingest and score one iteration (the close-task hook), print its breakdown.")
@@ -152,7 +155,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     ledger = open_ledger(args)
     try:
         before = ledger.state("active_rubric")
-        bar, update = progress_bar()
+        bar, update = progress_bar("backfill")
         if bar:
             with bar:
                 report = ledger.ensure_rubric(progress=update) or ledger.backfill(progress=update)
@@ -194,6 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def load():
         cfg = load_config(args)
+        if not cfg.has_sources:
+            cfg = with_discovered_log(cfg)
         if not cfg.has_sources:
             raise UsageError(NO_SOURCES)
         if args.log_format:

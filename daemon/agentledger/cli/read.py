@@ -38,8 +38,11 @@ def add_commands(cmd) -> None:
 
     p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
     p.add_argument("sql")
+    p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="a named parameter: -p since 2026-01-01 for :since in the SQL (repeatable)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="rows as a JSON array of objects")
+    fmt.add_argument("--nl", action="store_true", help="rows as JSON lines, one object a line")
     fmt.add_argument("--csv", action="store_true", help="rows as CSV with a header")
     p.set_defaults(func=cmd_query)
 
@@ -179,7 +182,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
     refusals = refuse_side_effects(conn)
     try:
-        cursor = db.execute(args.sql)
+        cursor = db.execute(args.sql, dict(args.param))
         columns = [d[0] for d in cursor.description or []]
         rows = cursor.fetchall()
     except sqlite3.Error as exc:
@@ -194,6 +197,9 @@ def cmd_query(args: argparse.Namespace) -> int:
         conn.close()
     if args.json:
         print(json.dumps([dict(zip(columns, r)) for r in rows], indent=2, default=str))
+    elif args.nl:
+        for r in rows:
+            print(json.dumps(dict(zip(columns, r)), default=str))
     elif args.csv:
         import csv
 

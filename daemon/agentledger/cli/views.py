@@ -137,9 +137,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
     read_only(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
     # The metadata reaches Datasette through a pipe, not a temp file: the exec below
     # leaves nothing behind to clean, whatever ends Datasette.
+    try:
+        port = ui.free_port(args.host, args.port)
+    except OSError as exc:
+        raise Failure(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                      " (another --port, or 0 for a free one)") from None
     meta_fd = ui.metadata_pipe(ui.metadata_for(path))
-    cmd = ui.command(path, Path(f"/dev/fd/{meta_fd}"), args.host, args.port)
-    print(f"agentledger ui: serving {path} read-only on http://{args.host}:{args.port}/ (Ctrl-C stops)",
+    cmd = ui.command(path, Path(f"/dev/fd/{meta_fd}"), args.host, port)
+    print(f"agentledger ui: serving {path} read-only on http://{args.host}:{port}/ (Ctrl-C stops)",
           file=sys.stderr)
     sys.stderr.flush()
     os.execv(cmd[0], cmd)  # Datasette replaces this process: signals and exit status are its own

@@ -194,21 +194,22 @@ class Ledger:
         for src in cfg.iteration_logs:
             if src.path.is_dir() and src.id not in unreadable:
                 everything = rescore_all or backfill is not None
-                total.add(self.rescore(src, everything=everything))
+                total.add(self.rescore(src, everything=everything, progress=progress))
                 if not everything:  # a full pass ends by syncing every sidecar itself
                     total.add(self.sidecars.sync(src))
         return total
 
-    def rescore(self, src: IterationLogSource, *, everything: bool = False) -> Report:
+    def rescore(self, src: IterationLogSource, *, everything: bool = False,
+                progress: Progress | None = None) -> Report:
         """Score what changed (or every iteration); errors are reported, never raised."""
         try:
             with self.ctx.repo(src).one_view():
                 finish = functools.partial(self.planner.record_trunk_rows, src)
                 if everything:
-                    return self.scoring.score(src, finish=finish)
+                    return self.scoring.score(src, finish=finish, progress=progress)
                 todo = self.planner.affected(src)
                 if todo:
-                    return self.scoring.score(src, todo, finish=finish)
+                    return self.scoring.score(src, todo, finish=finish, progress=progress)
                 self.planner.record_trunk(src)
                 return Report()
         except SourceError as exc:

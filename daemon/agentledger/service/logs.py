@@ -26,7 +26,18 @@ class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):
         return f"<{_PRIORITY.get(record.levelname.lower(), 6)}>{text}"
 
 
-def setup(fmt: str = "json", level: str = "info") -> None:
+def resolve_format(fmt: str) -> str:
+    """``auto``: JSON lines with syslog priorities for journald (``$JOURNAL_STREAM`` set)
+    or any non-terminal; readable console lines for a person at a terminal."""
+    import os
+
+    if fmt != "auto":
+        return fmt
+    return "json" if os.environ.get("JOURNAL_STREAM") or not sys.stdout.isatty() else "console"
+
+
+def setup(fmt: str = "auto", level: str = "info") -> None:
+    fmt = resolve_format(fmt)
     shared = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

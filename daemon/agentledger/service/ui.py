@@ -22,6 +22,19 @@ def metadata_for(db: Path) -> dict:
     return meta
 
 
+def free_port(host: str, port: int) -> int:
+    """``port`` if it can be listened on at ``host`` (0: a free one, chosen now), so the
+    address is printed only once it is known to work, with the real port. Raises OSError
+    (in use, not an address of this machine)."""
+    import socket
+
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return s.getsockname()[1]
+
+
 def metadata_pipe(meta: dict) -> int:
     """A pipe's read end (inheritable) holding ``meta`` as JSON, for ``--metadata
     /dev/fd/N``. The whole document fits the pipe's buffer, so it is written before
