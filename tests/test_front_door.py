@@ -15,7 +15,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from agentledger.example import synth
 
 from .conftest import cli_subprocess, empty_ledger, wait_until
@@ -71,6 +70,19 @@ def test_score_n_inside_a_dot_agents_repository_needs_no_configuration(tmp_path:
     assert proc.returncode == 2 and "no source configured" in proc.stderr
 
 
+def _drain(leader: int) -> bytes:
+    """Everything written to a pty whose other end is closed (EIO marks the end)."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
 def _format_seen(env: dict[str, str], tty: bool) -> str:
     code = "from agentledger.service.logs import resolve_format; print(resolve_format('auto'))"
     if not tty:
@@ -81,16 +93,7 @@ def _format_seen(env: dict[str, str], tty: bool) -> str:
         proc.wait(timeout=60)
         os.close(follower)
         follower = -1
-        data = b""
-        while True:
-            try:
-                chunk = os.read(leader, 1024)
-            except OSError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        return data.decode().strip()
+        return _drain(leader).decode().strip()
     finally:
         os.close(leader)
         if follower >= 0:
@@ -159,15 +162,7 @@ def test_a_long_ingest_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path:
         out, _ = proc.communicate(timeout=300)
         os.close(follower)
         follower = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
+        drawn = _drain(leader)
     finally:
         os.close(leader)
         if follower >= 0:
