@@ -141,6 +141,10 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
             time.sleep(0.2)
         status, page = get(base + "/ledger/latest_scores")
         assert status == 200 and "Latest score per iteration" in page
+        status, body = get(base + "/ledger.json")
+        hidden = {t["name"] for t in json.loads(body)["tables"] if t["hidden"]}
+        assert {"pending", "git_state", "source_checkpoints", "_sqlite_migrations", "record_files"} <= hidden
+        assert not hidden & {"events", "scores", "iterations", "trials", "trajectories"}
         status, body = get(base + "/ledger/pass_rate_by_model.json?_shape=array")
         assert status == 200 and json.loads(body) == []
         status, body = get(base + "/ledger/band_changes_after_bump.json?_shape=array&before=2.0.2&after=2.1.0")
