@@ -199,7 +199,17 @@ def main() -> None:
     agentledger("rebuild", cfg=cfg)
     after = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
     print(f"  {len(after)} sidecars, {sum(before[k] != after.get(k) for k in before)} changed")
-    print(f"\nDone. Everything is under {out}; try: agentledger status --config {cfg}")
+    print(f"\nDone. Everything is under {out}; try, from any shell:\n  {shlex.quote(_command())} status --config "
+          f"{shlex.quote(str(cfg))}")
+
+
+def _command() -> str:
+    """How to run agentledger from a fresh shell: the console script beside this
+    interpreter (the demo's .venv is not on PATH), else ``python -m agentledger``."""
+    script = Path(sys.executable).parent / "agentledger"
+    if script.is_file() and os.access(script, os.X_OK):
+        return str(script.absolute())
+    return f"{sys.executable} -m agentledger"
 
 
 if __name__ == "__main__":
