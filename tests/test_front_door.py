@@ -150,13 +150,9 @@ def test_ui_refuses_a_busy_port_and_prints_the_real_one(tmp_path: Path) -> None:
         ui.stderr.close()
 
 
-def test_a_long_ingest_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path: Path) -> None:
-    """The bar goes to stderr (stdout stays the command's output), appears once the work
-    has a count, and shows it; off a terminal nothing is drawn."""
-    gen = synth.generate(tmp_path / "gen", 1200)
+def _on_terminal(args: list[str]) -> tuple[int, str, str]:
+    """Run with stderr on a pty (a terminal) and stdout piped: (status, stdout, what was drawn)."""
     leader, follower = pty.openpty()
-    args = [sys.executable, "-m", "agentledger", "ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
-            "--db", str(tmp_path / "l.sqlite")]
     try:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower, text=True)
         out, _ = proc.communicate(timeout=300)
@@ -167,8 +163,20 @@ def test_a_long_ingest_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path:
         os.close(leader)
         if follower >= 0:
             os.close(follower)
-    text = drawn.decode(errors="replace")
-    assert proc.returncode == 0 and "scoring" in text and "1200/1200" in text and "/?" not in text
+    return proc.returncode, out, drawn.decode(errors="replace")
+
+
+def test_long_work_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path: Path) -> None:
+    """The bar goes to stderr (stdout stays the command's output), appears once the work
+    has a count, and shows it; off a terminal nothing is drawn."""
+    gen = synth.generate(tmp_path / "gen", 1200)
+    args = [sys.executable, "-m", "agentledger", "ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+            "--db", str(tmp_path / "l.sqlite")]
+    code, out, drawn = _on_terminal(args)
+    assert code == 0 and "scoring" in drawn and "1200/1200" in drawn and "/?" not in drawn
     assert out.startswith("ingest: ") and "\x1b" not in out
     piped = cli_subprocess(*args[3:], "--rescore-all")
     assert piped.returncode == 0 and "scoring" not in piped.stderr
+    events = json.loads(cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite")).stdout)["events"]
+    code, out, drawn = _on_terminal([sys.executable, "-m", "agentledger", "rebuild", "--db", str(tmp_path / "l.sqlite")])
+    assert code == 0 and f"{events}/{events}" in drawn and "/?" not in drawn, drawn[-300:]

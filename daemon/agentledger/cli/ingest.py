@@ -178,7 +178,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                          "to change the rubric use `agentledger backfill --rubric VERSION`")
     ledger = open_ledger(args, need_sources=False)
     try:
-        replayed = rebuild(ledger.conn)
+        bar, update = progress_bar("rebuild")
+        if bar:
+            with bar:
+                replayed = rebuild(ledger.conn, progress=update)
+        else:
+            replayed = rebuild(ledger.conn)
         # derived state only: the sidecars of the rubric the events made active (never a new activation)
         ledger.rubric = rubrics.load(ledger.state("active_rubric") or ledger.rubric.version)
         report = Report()

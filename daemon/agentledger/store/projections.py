@@ -329,12 +329,14 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
 
 
 
-def rebuild(conn: sqlite3.Connection) -> int:
-    """Drop every projection row and replay the whole log; returns events replayed."""
+def rebuild(conn: sqlite3.Connection, progress=None) -> int:
+    """Drop every projection row and replay the whole log; returns events replayed.
+    ``progress(done, total)``, when given, hears every 1,000 events."""
     from .db import write_transaction
     from .events import read
 
     count = 0
+    total = conn.execute("SELECT count(*) FROM events").fetchone()[0] if progress else 0
     with write_transaction(conn):
         for table in PROJECTION_TABLES:
             conn.execute(f"DELETE FROM {table}")
@@ -342,5 +344,9 @@ def rebuild(conn: sqlite3.Connection) -> int:
         for ev in read(conn):
             projector.apply(ev)
             count += 1
+            if progress and count % 1000 == 0:
+                progress(count, total)
         projector.flush()
+    if progress:
+        progress(count, total)
     return count
