@@ -180,3 +180,8 @@ def test_long_work_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path: Pat
     events = json.loads(cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite")).stdout)["events"]
     code, out, drawn = _on_terminal([sys.executable, "-m", "agentledger", "rebuild", "--db", str(tmp_path / "l.sqlite")])
     assert code == 0 and f"{events}/{events}" in drawn and "/?" not in drawn, drawn[-300:]
+    export = tmp_path / "events.jsonl"
+    assert cli_subprocess("export", "-o", str(export), "--db", str(tmp_path / "l.sqlite")).returncode == 0
+    code, out, drawn = _on_terminal([sys.executable, "-m", "agentledger", "import", str(export),
+                                     "--db", str(tmp_path / "copy.sqlite")])
+    assert code == 0 and f"{events}/{events}" in drawn and f"import: {events} events read, {events} new" in out

@@ -8,7 +8,17 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Failure, UsageError, load_config, output_file, read_only
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    Failure,
+    UsageError,
+    load_config,
+    output_file,
+    progress_bar,
+    read_only,
+)
 
 
 def add_commands(cmd) -> None:
@@ -78,8 +88,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # before the ledger is opened
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
+    total = 0
+    bar, update = progress_bar("import") if src is not sys.stdin and os.path.isfile(args.file) else (None, None)
+    if bar:  # a file on a terminal: count its lines first, so the bar has a total
+        total = sum(1 for line in src if line.strip())
+        src.seek(0)
     try:
-        read, new = export.import_lines(conn, src)
+        if bar:
+            with bar:
+                read, new = export.import_lines(conn, src, progress=update, total=total)
+        else:
+            read, new = export.import_lines(conn, src)
     except export.ImportError_ as exc:
         print(f"agentledger import: {exc}", file=sys.stderr)
         return EXIT_FAIL

@@ -66,12 +66,14 @@ def _payload_text(line: str, payload: object) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int = 1000) -> tuple[int, int]:
+def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int = 1000,
+                 progress=None, total: int = 0) -> tuple[int, int]:
     """Append exported events (in their order) and project them; returns (read, new).
 
     Keys, payload text, versions and times are kept as exported; the receiving
     ledger numbers the events itself. An event already present (same idempotency
-    key) is skipped, so importing twice changes nothing."""
+    key) is skipped, so importing twice changes nothing. ``progress(read, total)``
+    hears after each batch (``total``: the lines, when the caller counted them)."""
     from ..store.db import write_transaction
     from ..store.events import CURRENT, Event, append_many, upcast
     from ..store.projections import Projector
@@ -116,5 +118,9 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
         read += 1
         if len(pending) >= batch:
             new += flush()
+            if progress:
+                progress(read, total)
     new += flush()
+    if progress:
+        progress(read, total)
     return read, new
