@@ -38,5 +38,10 @@ class Context:
         return repo
 
     def state(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+        return read_state(self.conn, key)
+
+
+def read_state(conn: sqlite3.Connection, key: str) -> str | None:
+    """One value of the ``ledger_state`` projection (active rubric, backfill, …)."""
+    row = conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None

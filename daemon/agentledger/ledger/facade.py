@@ -44,9 +44,8 @@ class Ledger:
         """``background_writes`` (the daemon): large scoring passes hand their sidecars
         to a writer thread (``SidecarSync``); otherwise a pass returns with them written."""
         conn = conn or store.connect(cfg.store.path, synchronous=cfg.store.synchronous)
-        ctx = Context(cfg, conn, rubric=None, limits=S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes))  # type: ignore[arg-type]
-        ctx.rubric = rubric_data.load(rubrics.target(ctx)[0])
-        self.ctx = ctx
+        self.ctx = ctx = Context(cfg, conn, rubric=rubric_data.load(rubrics.target(cfg, conn)[0]),
+                                 limits=S.ReadLimits(max_file_bytes=cfg.limits.max_file_bytes))
         self.inputs = Inputs(ctx)
         self.planner = Planner(ctx)
         self.tailing = Tailing(ctx)
@@ -157,7 +156,7 @@ class Ledger:
         return self.sidecars.collect_writes()
 
     def rubric_target(self) -> tuple[str, str | None]:
-        return rubrics.target(self.ctx)
+        return rubrics.target(self.ctx.cfg, self.ctx.conn)
 
     def ensure_rubric(self, *, progress: Progress | None = None) -> Report | None:
         return self.rubrics.ensure(progress=progress)

@@ -9,23 +9,25 @@ is active yet; otherwise the active rubric stays.
 from __future__ import annotations
 
 import json
+import sqlite3
 
+from ..config import Config
 from ..store.events import Event, append
 from . import commit
-from .context import Context
+from .context import Context, read_state
 from .report import Progress, Report, SourceError
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
 
 
-def target(ctx: Context) -> tuple[str, str | None]:
+def target(cfg: Config, conn: sqlite3.Connection) -> tuple[str, str | None]:
     """The rubric this ledger scores under, and why it would change (None: it is the
     active one already)."""
-    explicit, configured = ctx.cfg.explicit_rubric, ctx.cfg.scoring.rubric
-    active = ctx.state("active_rubric")
+    explicit, configured = cfg.explicit_rubric, cfg.scoring.rubric
+    active = read_state(conn, "active_rubric")
     if explicit:
         return explicit, None if explicit == active else "explicit"
-    if active is None or ctx.state("configured_rubric") != configured:
+    if active is None or read_state(conn, "configured_rubric") != configured:
         return configured, None if configured == active else "configured"
     return active, None
 
