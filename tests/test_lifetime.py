@@ -128,7 +128,6 @@ def _kill_runs(cmd: list[str], env: dict[str, str], tmp_path: Path, *, seed: int
     return counts
 
 
-_pool_dirs = leftover_temp_dirs
 
 @pytest.fixture(scope="module")
 def big_results(tmp_path_factory) -> Path:
@@ -150,22 +149,22 @@ def log300(tmp_path_factory):
 
 @pytest.mark.slow
 def test_sigkill_of_a_parallel_catch_up_leaves_no_process_and_no_pool_dir(big_results: Path, tmp_path: Path) -> None:
-    before = _pool_dirs()
+    before = leftover_temp_dirs()
     env = {"AGENTLEDGER_PARALLEL_TAIL_BYTES": "1", "AGENTLEDGER_PARALLEL_TAIL_BLOCK": "65536"}
     counts = _kill_runs([sys.executable, "-m", "agentledger", "--db", "{db}", "--vally", str(big_results), "ingest"],
                         env, tmp_path, seed=1, busy=3)
     assert counts["with_helpers"] >= KILLS // 2, counts
-    assert wait_until(lambda: _pool_dirs() <= before, 5), _pool_dirs() - before
+    assert wait_until(lambda: leftover_temp_dirs() <= before, 5), leftover_temp_dirs() - before
 
 
 @pytest.mark.slow
 def test_sigkill_of_parallel_scoring_leaves_no_process(log300, tmp_path: Path) -> None:
-    before = _pool_dirs()
+    before = leftover_temp_dirs()
     env = {"AGENTLEDGER_PARALLEL_MIN_ITEMS": "50"}
     counts = _kill_runs([sys.executable, "-m", "agentledger", "--db", "{db}", "--iteration-log", str(log300.log),
                          "--repo", str(log300.repo), "ingest"], env, tmp_path, seed=2, busy=3)
     assert counts["with_helpers"] >= KILLS // 2, counts
-    assert wait_until(lambda: _pool_dirs() <= before, 5), _pool_dirs() - before
+    assert wait_until(lambda: leftover_temp_dirs() <= before, 5), leftover_temp_dirs() - before
     assert not list(log300.log.glob(".agentledger-*")) or run_cli(
         "--db", str(tmp_path / "after.sqlite"), "--iteration-log", str(log300.log), "--repo", str(log300.repo),
         "score", "1")[0] == 0
@@ -186,7 +185,7 @@ def test_sigterm_and_sigkill_of_ui_leave_no_process_and_no_temp_dir(log300, tmp_
         pytest.skip("Datasette is the [ui] extra; `make test` installs it")
     db = tmp_path / "ui.sqlite"
     assert run_cli("--db", str(db), "--iteration-log", str(log300.log), "--repo", str(log300.repo), "ingest")[0] == 0
-    before = _pool_dirs()
+    before = leftover_temp_dirs()
     counts = _kill_runs([sys.executable, "-m", "agentledger", "--db", str(db), "ui", "--port", "0"], {}, tmp_path,
                         seed=4, busy=1, fresh_db=False)
     assert counts["kills"] == KILLS
@@ -197,7 +196,7 @@ def test_sigterm_and_sigkill_of_ui_leave_no_process_and_no_temp_dir(log300, tmp_
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
     assert wait_until(lambda: not tagged_processes(tag), 5), tagged_processes(tag)
-    assert _pool_dirs() <= before
+    assert leftover_temp_dirs() <= before
 
 
 def _has_datasette() -> bool:

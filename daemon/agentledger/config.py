@@ -227,16 +227,16 @@ OTHER_VARIABLES = frozenset({
 def _check_environment(env: dict[str, str]) -> None:
     """An ``AGENTLEDGER_*`` variable that names no setting is a typo: say so, and which
     one was probably meant, instead of ignoring it."""
-    import difflib
-
     settings = {f"AGENTLEDGER_{section.upper()}_{f.name.upper()}" for section, cls in _SECTIONS.items()
                 for f in fields(cls)}
     known = settings | OTHER_VARIABLES
-    for name in sorted(env):
-        if name.startswith("AGENTLEDGER_") and name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else f" (settings: {', '.join(sorted(settings))})"
-            raise ConfigError(f"unknown environment variable ${name}{hint}")
+    unknown = sorted(name for name in env if name.startswith("AGENTLEDGER_") and name not in known)
+    if unknown:
+        import difflib  # only to word the error: the close-task hook never pays for it
+
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (settings: {', '.join(sorted(settings))})"
+        raise ConfigError(f"unknown environment variable ${unknown[0]}{hint}")
 
 
 SYSTEM_CONFIG = Path("/etc/agentledger/agentledger.toml")

@@ -199,6 +199,16 @@ def read_only(args: argparse.Namespace):
     return cfg, conn
 
 
+def print_rows(args: argparse.Namespace, rows: list[dict], columns: list[str], empty: str) -> None:
+    """A read command's rows: JSON with ``--json``, else a table of ``columns`` (or ``empty``)."""
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(empty)
+    else:
+        table(rows, columns)
+
+
 def table(rows: list[dict], columns: list[str]) -> None:
     widths = [max([len(c)] + [len(cell(r[c])) for r in rows]) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())

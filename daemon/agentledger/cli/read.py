@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, count, read_only, table
+from .common import EXIT_FAIL, EXIT_OK, count, print_rows, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -234,13 +234,8 @@ def cmd_trials(args: argparse.Namespace) -> int:
         sql += f" LIMIT {int(args.limit)}"
     rows = [dict(r) for r in conn.execute(sql, params)]
     conn.close()
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
-        print("no trials")
-    else:
-        table(rows, ["run_dir", "eval_name", "model", "variant", "trial_index", "status", "passed",
-                      "grade_score", "duration_ms", "input_tokens", "tool_errors"])
+    print_rows(args, rows, ["run_dir", "eval_name", "model", "variant", "trial_index", "status", "passed",
+                            "grade_score", "duration_ms", "input_tokens", "tool_errors"], "no trials")
     return EXIT_OK
 
 
@@ -251,10 +246,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
         " r.complete, round(1.0 * r.passed / nullif(r.trials, 0), 4) AS pass_rate FROM runs r"
         " ORDER BY r.source, r.run_dir")]
     conn.close()
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
-        print("no runs")
-    else:
-        table(rows, ["run_dir", "kind", "variant", "trials", "passed", "errors", "pass_rate", "complete"])
+    print_rows(args, rows, ["run_dir", "kind", "variant", "trials", "passed", "errors", "pass_rate", "complete"],
+               "no runs")
     return EXIT_OK

@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .common import (
-    EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
     Failure,
@@ -100,8 +99,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         else:
             read, new = export.import_lines(conn, src)
     except export.ImportError_ as exc:
-        print(f"agentledger import: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+        raise Failure(f"import: {exc}") from None
     finally:
         if src is not sys.stdin:
             src.close()

@@ -14,6 +14,7 @@ together and runs the main job in one direction — source → events → projec
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -180,7 +181,7 @@ class Ledger:
                 total.errors.append(f"{src.path}: iteration-log directory does not exist")
                 continue
             report = self.iterlogs.ingest(src)
-            if report.errors and not _readable(src.path):
+            if report.errors and not os.access(src.path, os.R_OK | os.X_OK):
                 unreadable.add(src.id)  # nothing to score or write there until it can be read
             total.add(report)
         for vsrc in cfg.vally:
@@ -213,9 +214,3 @@ class Ledger:
                 return Report()
         except SourceError as exc:
             return Report(errors=[str(exc)])
-
-
-def _readable(path: Path) -> bool:
-    import os
-
-    return os.access(path, os.R_OK | os.X_OK)

@@ -12,6 +12,7 @@ Stdlib only: the close-task hook imports this (through ``sidecars``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
@@ -23,15 +24,20 @@ from pathlib import Path
 UNSTAMPED_MAX_AGE_S = 3600.0
 
 
+@functools.cache
+def _boot_time() -> int:
+    """When the machine booted (seconds since the epoch): read once per process."""
+    with open("/proc/stat", "rb") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
+
+
 def _start_time(pid: int) -> float | None:
     """When ``pid`` started (seconds since the epoch), from /proc; None if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
         ticks = int(fields[19])  # field 22 of the whole line: starttime, in clock ticks after boot
-        with open("/proc/stat", "rb") as fh:
-            boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
+        return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
 
