@@ -26,7 +26,7 @@ from agentledger.store.projections import PROJECTION_TABLES
 from .conftest import REFERENCE, empty_ledger, run_cli
 from .test_conformance import ledger_for, prepare, run_ingest
 
-VIEWS = ("latest_scores", "score_history", "signal_contributions", "integrity_deltas", "integrity_by_role",
+VIEWS = ("session_overview", "recent_scores", "signal_overview", "latest_scores", "score_history", "signal_contributions", "integrity_deltas", "integrity_by_role",
          "session_scores", "open_quarantine", "quarantine_summary", "run_summaries", "trial_pass_rates_by_model",
          "source_lag")
 
@@ -79,6 +79,32 @@ def test_views_match_the_reference_sidecars(reference_ledger) -> None:
         q(db, f"SELECT * FROM {view} LIMIT 1")
     lag = q(db, "SELECT * FROM source_lag WHERE path LIKE 'iter-%'")
     assert lag and all(r["last_event_at"] is None or r["last_event_at"].endswith("Z") for r in lag)
+
+
+def test_views_for_people_round_what_the_exact_views_hold(reference_ledger) -> None:
+    db, _ = reference_ledger
+    latest = q(db, "SELECT session_id, iteration, value FROM latest_scores")
+    recent = q(db, "SELECT session_id, iteration, score FROM recent_scores")
+    exact = {r["iteration"]: r["value"] for r in latest}
+    assert len(recent) == len(latest) and all(
+        r["score"] == (None if exact[r["iteration"]] is None else round(exact[r["iteration"]], 3)) for r in recent)
+    sessions = q(db, "SELECT * FROM session_overview")
+    assert sessions and sum(s["iterations"] for s in sessions) == len([r for r in latest if r["session_id"]])
+    for s in sessions:
+        values = [r["value"] for r in latest if r["session_id"] == s["session_id"] and r["value"] is not None]
+        assert s["mean_score"] == round(sum(values) / len(values), 3) and s["max_score"] == round(max(values), 3)
+        assert s["excellent"] + s["good"] + s["fair"] + s["poor"] == s["iterations"]
+    last = [s["last_iteration"] for s in sessions]
+    assert last == sorted(last, reverse=True)  # the most recent session first
+    signals = q(db, "SELECT * FROM signal_overview")
+    assert [s["signal"] for s in signals] and {s["rubric_version"] for s in signals} == {"2.1.0"}
+    for s in signals:
+        subs = [r["sub_score"] for r in q(db, "SELECT sub_score FROM signal_contributions WHERE signal = ?"
+                                            " AND present AND rubric_version = '2.1.0'", s["signal"])]
+        assert s["present"] == len(subs) and s["scores"] == len(latest)
+        assert s["mean_sub_score"] == (round(sum(subs) / len(subs), 3) if subs else None)
+    costs = [s["mean_cost"] for s in signals]
+    assert costs == sorted(costs, reverse=True)
 
 
 def test_every_view_is_documented_in_the_manual_and_the_datasette_metadata() -> None:
@@ -148,6 +174,35 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
         assert status == 200 and json.loads(body) == []
         status, body = get(base + "/ledger/band_changes_after_bump.json?_shape=array&before=2.0.2&after=2.1.0")
         assert status == 200 and isinstance(json.loads(body), list)
+        # the database page: views for people first (with their descriptions), the canned
+        # queries linked to the report's charts, a useful default query, no internal tables
+        status, page = get(base + "/ledger")
+        assert status == 200
+        order = [page.index(x) for x in ("Start here", 'href="/ledger/session_overview"', 'href="/ledger/recent_scores"',
+                                         "Questions with answers", 'href="/-/report#sessions"', "from session_overview",
+                                         'href="/ledger/latest_scores"', 'href="/ledger/events"')]
+        assert order == sorted(order), order
+        assert "how many fell in each band" in page  # a description, not just a name
+        for internal in ("pending", "git_state", "source_checkpoints", "_sqlite_migrations", "sqlite_sequence"):
+            assert f'href="/ledger/{internal}"' not in page, internal
+        # canned queries run with sensible defaults when their parameters are left empty
+        with sqlite3.connect(db) as c:
+            newest = c.execute("SELECT session_id FROM iterations WHERE session_id <> '' GROUP BY session_id"
+                               " ORDER BY max(iteration) DESC LIMIT 1").fetchone()[0]
+            its = [r[0] for r in c.execute("SELECT iteration FROM iterations WHERE session_id = ? ORDER BY iteration",
+                                           (newest,))]
+        status, body = get(base + "/ledger/session_trend.json?_shape=array")
+        assert status == 200 and [r["iteration"] for r in json.loads(body)] == its
+        status, body = get(base + "/ledger/signals_pulling_down.json?_shape=array")
+        assert status == 200 and len(json.loads(body)) >= 5
+        status, body = get(base + "/ledger/session_overview.json?_shape=array")
+        rows = json.loads(body)
+        assert rows[0]["session_id"] == newest and all(len(str(r["mean_score"]).split(".")[-1]) <= 3 for r in rows)
+        # the report, drawn on request from Datasette's read-only connection
+        status, page = get(base + "/-/report")
+        assert status == 200 and '<figure id="trend-overall">' in page and '<figure id="sessions">' in page
+        status, page = get(base + "/-/report?session=" + urllib.parse.quote(newest))
+        assert status == 200 and '<figure id="trend-session">' in page
         status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("DELETE FROM scores") + "&_shape=array")
         assert status >= 400 or "error" in body.lower()
         status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("SELECT count(*) AS n FROM scores")

@@ -54,9 +54,14 @@ def metadata_pipe(meta: dict) -> int:
 
 def command(db: Path, metadata_file: Path, host: str, port: int) -> list[str]:
     """The Datasette command line. No ``--immutable``, no ``--root``, no write plugins:
-    queries (canned ones included) run on ``mode=ro`` connections."""
+    queries (canned ones included) run on ``mode=ro`` connections. Our own template
+    (the database page: views for people first) and plugin (``/-/report``) come from
+    the package's files, not from anything installed into Datasette."""
     return [sys.executable, "-m", "datasette", "serve", str(db), "--host", host, "--port", str(port),
-            "--metadata", str(metadata_file), "--setting", "sql_time_limit_ms", "5000",
+            "--metadata", str(metadata_file),
+            "--template-dir", str(schema_dir() / "datasette" / "templates"),
+            "--plugins-dir", str(Path(__file__).resolve().parent.parent / "views" / "datasette_plugins"),
+            "--setting", "sql_time_limit_ms", "5000",
             "--setting", "max_returned_rows", "5000", "--setting", "default_page_size", "100"]
 
 
