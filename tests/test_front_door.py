@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import urllib.request
@@ -173,15 +174,35 @@ def test_long_work_on_a_terminal_shows_counts_and_no_unknown_total(tmp_path: Pat
     args = [sys.executable, "-m", "agentledger", "ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
             "--db", str(tmp_path / "l.sqlite")]
     code, out, drawn = _on_terminal(args)
-    assert code == 0 and "scoring" in drawn and "1200/1200" in drawn and "/?" not in drawn
+    assert code == 0 and "scoring" in drawn and "1,200/1,200" in drawn and "/?" not in drawn
     assert out.startswith("ingest: ") and "\x1b" not in out
     piped = cli_subprocess(*args[3:], "--rescore-all")
     assert piped.returncode == 0 and "scoring" not in piped.stderr
     events = json.loads(cli_subprocess("status", "--json", "--db", str(tmp_path / "l.sqlite")).stdout)["events"]
     code, out, drawn = _on_terminal([sys.executable, "-m", "agentledger", "rebuild", "--db", str(tmp_path / "l.sqlite")])
-    assert code == 0 and f"{events}/{events}" in drawn and "/?" not in drawn, drawn[-300:]
+    assert code == 0 and f"{events:,}/{events:,}" in drawn and "/?" not in drawn, drawn[-300:]
     export = tmp_path / "events.jsonl"
     assert cli_subprocess("export", "-o", str(export), "--db", str(tmp_path / "l.sqlite")).returncode == 0
     code, out, drawn = _on_terminal([sys.executable, "-m", "agentledger", "import", str(export),
                                      "--db", str(tmp_path / "copy.sqlite")])
-    assert code == 0 and f"{events}/{events}" in drawn and f"import: {events} events read, {events} new" in out
+    assert code == 0 and f"{events:,}/{events:,}" in drawn and f"import: {events} events read, {events} new" in out
+
+
+def test_a_large_catch_up_on_a_terminal_shows_the_bytes_read(tmp_path: Path) -> None:
+    """A results file copied in whole (here 12 MiB) is read with a bar in MiB, to the end."""
+    run = tmp_path / "vally" / "run-a"
+    run.mkdir(parents=True)
+    with (run / "results.jsonl").open("wb") as fh:
+        i = 0
+        while fh.tell() < 12 << 20:
+            fh.write(synth.vally_trial_line(i, pad=20_000))
+            i += 1
+    size = (run / "results.jsonl").stat().st_size / 2**20
+    args = [sys.executable, "-m", "agentledger", "ingest", "--vally", str(tmp_path / "vally"),
+            "--db", str(tmp_path / "l.sqlite")]
+    code, out, drawn = _on_terminal(args)
+    assert code == 0 and "reading results.jsonl" in drawn and f"{size:,.1f}/{size:,.1f} MiB" in drawn, drawn[-400:]
+    with sqlite3.connect(tmp_path / "l.sqlite") as c:
+        assert c.execute("SELECT count(*) FROM trials").fetchone()[0] == i  # every trial, once
+    piped = cli_subprocess(*args[3:], "--db", str(tmp_path / "again.sqlite"))
+    assert piped.returncode == 0 and "reading" not in piped.stderr  # nothing drawn off a terminal

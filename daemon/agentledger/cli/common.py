@@ -123,18 +123,21 @@ def empty_source_warnings(cfg) -> list[str]:
 
 def progress_bar(label: str = "scoring"):
     """A rich progress bar on a terminal; nothing elsewhere (logs, CI, hooks). It stays
-    hidden until the work has a count (no "0/?" frames while files are read)."""
+    hidden until the work has a count (no "0/?" frames while files are read). The
+    update takes (done, total) of ``label``'s work, or (done, total, what) for bytes of
+    another step (a large catch-up: ``reading results.jsonl``), shown in MiB."""
     if not sys.stderr.isatty():
         return None, None
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   transient=True, console=Console(stderr=True))  # stdout stays the command's output
-    task = bar.add_task(label, total=None, visible=False)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[counts]}"),
+                   TimeRemainingColumn(), transient=True, console=Console(stderr=True))  # stdout: the output
+    task = bar.add_task(label, total=None, visible=False, counts="")
 
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total, visible=total > 0)
+    def update(done: int, total: int, what: str | None = None) -> None:
+        counts = f"{done / 2**20:,.1f}/{total / 2**20:,.1f} MiB" if what else f"{done:,}/{total:,}"
+        bar.update(task, completed=done, total=total, visible=total > 0, description=what or label, counts=counts)
 
     return bar, update
 

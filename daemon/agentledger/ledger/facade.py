@@ -168,7 +168,16 @@ class Ledger:
     # -- the main job, once ---------------------------------------------------------------------
     def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Report:
         """Ingest every source, activate the rubric the rule names (backfilling if it
-        changed), rescore what the changes affect, and bring every sidecar in line."""
+        changed), rescore what the changes affect, and bring every sidecar in line.
+        ``progress`` hears (done, total) of scoring, and (bytes, of bytes, what) of a
+        large catch-up of a tailed file."""
+        self.tailing.progress = progress
+        try:
+            return self._scan_all(rescore_all, progress)
+        finally:
+            self.tailing.progress = None
+
+    def _scan_all(self, rescore_all: bool, progress: Progress | None) -> Report:
         cfg = self.ctx.cfg
         total = Report()
         for repo in self.ctx.repos.values():

@@ -21,10 +21,29 @@ from . import commit
 from .context import Context
 from .report import Report
 
+# A backlog of at least this many bytes reports its progress (when someone listens).
+SHOWN_BACKLOG = 8 << 20
+
 
 class Tailing:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        # (bytes done, bytes to read, what): set by a command on a terminal for a large
+        # catch-up; the daemon leaves it None
+        self.progress: Callable[[int, int, str], None] | None = None
+
+    def _shown(self, path: Path, start: int) -> Callable[[int], None] | None:
+        """Where a file's read position goes, when its backlog is large enough to show."""
+        if self.progress is None:
+            return None
+        try:
+            total = os.stat(path).st_size - start
+        except OSError:
+            return None
+        if total < SHOWN_BACKLOG:
+            return None
+        show = self.progress
+        return lambda offset: show(min(offset - start, total), total, f"reading {path.name}")
 
     def vally(self, src: VallySource) -> Report:
         """Tail every results/run-summary file under ``src`` from its stored position."""
@@ -65,8 +84,9 @@ class Tailing:
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
             pos = jsonl.Position(row[0], row[1], row[2], row[4]) if row else jsonl.Position()
             try:
+                shown = self._shown(root / rel, pos.offset)
                 moved = None if pos.open else self._in_parallel(source, root / rel, rel, pos, events_for,
-                                                                report, mode)
+                                                                report, mode, shown)
                 if moved is not None:
                     pos, previous = moved, None
                 batches = jsonl.tail(root / rel, pos, max_line_bytes=self.ctx.cfg.limits.max_line_bytes,
@@ -74,11 +94,14 @@ class Tailing:
                 for batch in batches:
                     self._commit(source, rel, batch, events_for(source, rel, batch, previous), report, mode)
                     previous = None  # a reset is reported once, on the batch that restarted
+                    if shown:
+                        shown(batch.end.offset)
             except OSError as exc:  # vanished or unreadable: keep its history, say so
                 report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
 
-    def _in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Report, mode: str):
+    def _in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Report, mode: str,
+                     shown: Callable[[int], None] | None = None):
         """A large backlog (a results file copied in whole, a first ingest) is parsed by
         the worker processes in line-aligned chunks while this process commits them in
         order, one transaction per chunk with its position: the same events and the
@@ -119,6 +142,8 @@ class Tailing:
             line_no += n_lines
             moved = jsonl.Position(chunk.end, line_no, jsonl.fingerprint(fh, chunk.end))
             self._commit(source, rel, jsonl.Batch(end=moved, size=st.st_size, stat=stat_), events, report, mode)
+            if shown:
+                shown(chunk.end)
 
         with no_cyclic_gc(), open(path, "rb") as fh, store.bulk_commits(self.ctx.conn) as last_commit_follows:
             held = None  # each result is committed once the next one is in: the last is known
