@@ -147,6 +147,44 @@ def test_a_receiver_that_stops_reading_never_stalls_the_daemon(tmp_path: Path) -
     assert Notifier("").send("READY=1") is False  # no socket: a no-op
 
 
+def test_sighup_reloads_the_configuration_inside_reloading_and_ready(tmp_path: Path, make_repo) -> None:
+    """A rubric bump in the config file: RELOADING=1, the backfill, then READY=1, so
+    that `systemctl reload` returns with every sidecar already under the new rubric."""
+    repo = make_repo()
+    log = tmp_path / "log"
+    log.mkdir()
+    for n in range(1, 6):
+        (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 3))
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[scoring]\nrubric = "2.1.0"\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    notify = Notify(tmp_path / "notify.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                            stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
+                            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        notify.wait_for("READY=1", timeout=30)
+        assert "rubric_version: 2.1.0" in (log / "iter-5.score.yaml").read_text()
+        seen = len(notify.messages)
+        cfg.write_text(cfg.read_text().replace('rubric = "2.1.0"', 'rubric = "3.0.0"'))
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING=1", timeout=30)
+        wait_until(lambda: any("READY=1" in m for m in notify.messages[seen:]), timeout=30)
+        after = notify.messages[seen:]
+        reloading = next(k for k, m in enumerate(after) if "RELOADING=1" in m)
+        ready = next(k for k, m in enumerate(after) if "READY=1" in m)
+        assert reloading < ready and "MONOTONIC_USEC=" in after[reloading]
+        # by the time READY=1 was sent, every sidecar was already rewritten
+        assert all("rubric_version: 3.0.0" in (log / f"iter-{n}.score.yaml").read_text() for n in range(1, 6))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()
+
+
 def test_score_beside_the_running_daemon_never_hits_a_locked_database(daemon, tmp_path: Path) -> None:
     """The close-task hook and the service write the same ledger at the same time."""
     from concurrent.futures import ThreadPoolExecutor

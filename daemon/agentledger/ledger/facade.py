@@ -165,6 +165,11 @@ class Ledger:
     def backfill(self, *, progress: Progress | None = None) -> Report:
         return self.rubrics.backfill(progress=progress)
 
+    def wait_for_writes(self) -> None:
+        """Until every sidecar handed to the writer thread so far has landed."""
+        if self.sidecars.writer is not None:
+            self.sidecars.writer.wait()
+
     # -- the main job, once ---------------------------------------------------------------------
     def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Report:
         """Ingest every source, activate the rubric the rule names (backfilling if it

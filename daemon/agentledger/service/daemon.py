@@ -20,7 +20,8 @@ How it runs, in order:
    next change is read meanwhile), and a checkpoint thread keeps the WAL short
    so that no commit stalls on an automatic checkpoint (``checkpointer``).
 4. SIGTERM/SIGINT: finish the current step, stop the scheduler, ``STOPPING=1``,
-   exit 0. SIGHUP: reload the configuration (a changed rubric backfills).
+   exit 0. SIGHUP: ``RELOADING=1``, reload the configuration (a changed rubric
+   backfills), ``READY=1``, so that ``systemctl reload`` returns when it is done.
 """
 
 from __future__ import annotations
@@ -211,7 +212,12 @@ class Daemon:
                 self._guard("optimize", lambda: led.conn.execute("PRAGMA optimize") and None)
             elif req == "reload":
                 rewatch = True
+                # systemd's reload protocol: `systemctl reload` returns once READY=1 follows
+                self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
+                                   "STATUS=reloading the configuration")
                 self._guard("reload", self._reload)
+                self.notifier.send("READY=1", f"STATUS={self._status()}")
+                continue
             self.notifier.send(f"STATUS={self._status()}")
 
     def _reload(self) -> Report:
@@ -229,7 +235,9 @@ class Daemon:
             self.checkpointer.stop()
             self.checkpointer = Checkpointer(cfg.store.path).start()
         self.cfg, self.ledger = cfg, new
-        return self.ledger.scan_all()
+        report = self.ledger.scan_all()
+        self.ledger.wait_for_writes()  # READY=1 follows once the backfill's sidecars are on disk
+        return report
 
     # -- change sets are hints --------------------------------------------------------------
     def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Report:
