@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -63,6 +64,25 @@ def wait_until(pred, timeout: float = 10) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+@contextlib.contextmanager
+def running(tmp_path: Path, cfg: Path):
+    """`agentledger run --config CFG` with a notify socket; stopped with SIGTERM (exit 0
+    expected) when the block ends, killed if it fails first."""
+    notify = Notify(tmp_path / "n.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                            stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
+                            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        yield proc, notify
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()
 
 
 @pytest.fixture
@@ -158,11 +178,7 @@ def test_sighup_reloads_the_configuration_inside_reloading_and_ready(tmp_path: P
     cfg = tmp_path / "agentledger.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[scoring]\nrubric = "2.1.0"\n'
                    f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
-    notify = Notify(tmp_path / "notify.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
-                            stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
-    try:
+    with running(tmp_path, cfg) as (proc, notify):
         notify.wait_for("READY=1", timeout=30)
         assert "rubric_version: 2.1.0" in (log / "iter-5.score.yaml").read_text()
         seen = len(notify.messages)
@@ -176,13 +192,6 @@ def test_sighup_reloads_the_configuration_inside_reloading_and_ready(tmp_path: P
         assert reloading < ready and "MONOTONIC_USEC=" in after[reloading]
         # by the time READY=1 was sent, every sidecar was already rewritten
         assert all("rubric_version: 3.0.0" in (log / f"iter-{n}.score.yaml").read_text() for n in range(1, 6))
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        notify.close()
 
 
 def test_score_beside_the_running_daemon_never_hits_a_locked_database(daemon, tmp_path: Path) -> None:
@@ -258,11 +267,7 @@ def test_a_burst_of_a_thousand_files_and_a_source_that_appears_later(tmp_path: P
     cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 2\n'
                    f'[[iteration_logs]]\npath = "{a}"\nrepo = "{repo.path}"\n'
                    f'[[iteration_logs]]\npath = "{b}"\nrepo = "{repo.path}"\n')
-    notify = Notify(tmp_path / "n.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
-                            stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
-    try:
+    with running(tmp_path, cfg) as (proc, notify):
         notify.wait_for("READY=1")  # one source missing does not stop the other
         for n in range(1, 1001):
             (a / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 4))
@@ -272,10 +277,6 @@ def test_a_burst_of_a_thousand_files_and_a_source_that_appears_later(tmp_path: P
         assert wait_until(lambda: (b / "iter-1.score.yaml").is_file(), timeout=30)  # the reconcile found it
         assert proc.poll() is None
         assert "does not exist" in (tmp_path / "daemon.log").read_text()  # and it was said
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        notify.close()
 
 
 @pytest.mark.slow
