@@ -199,8 +199,13 @@ def main() -> None:
     agentledger("rebuild", cfg=cfg)
     after = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
     print(f"  {len(after)} sidecars, {sum(before[k] != after.get(k) for k in before)} changed")
-    print(f"\nDone. Everything is under {out}; try, from any shell:\n  {shlex.quote(_command())} status --config "
-          f"{shlex.quote(str(cfg))}")
+
+    step("The report: the ledger's charts in one self-contained HTML file")
+    agentledger("report", "-o", str(out / "report.html"), cfg=cfg)
+    command, config = shlex.quote(_command()), f"--config {shlex.quote(str(cfg))}"
+    print(f"\nDone. Everything is under {out}; try, from any shell:\n  {command} status {config}\n"
+          f"  {command} query 'SELECT * FROM session_overview' {config}\n"
+          f"  open {shlex.quote(str(out / 'report.html'))} in a browser")
 
 
 def _command() -> str:
