@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@command -v git >/dev/null || { echo "make: git is required" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,ui]'
+	$(BIN)/python -m pip install --quiet -e '.[test,ui,central]'
 	@touch $(STAMP)
 
 # The report test renders HTML in headless Chromium (Debian's package). Installed
@@ -31,6 +31,17 @@ $(CHROMIUM_STAMP): $(STAMP)
 	  else echo "make: chromium not installed; the report test will be skipped (apt-get install chromium)" >&2; fi; fi
 	@touch $(CHROMIUM_STAMP)
 
+# The team-ledger tests start a throwaway PostgreSQL 15 cluster from Debian's server
+# binaries; installed the same way when missing (the tests fail under CI=true without them).
+PG_STAMP := $(VENV)/.postgresql-stamp
+$(PG_STAMP): $(STAMP)
+	@if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing Debian's postgresql-15 for the team-ledger tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; \
+	  else echo "make: PostgreSQL 15 not installed; the team-ledger tests will be skipped (apt-get install postgresql-15)" >&2; fi; fi
+	@touch $(PG_STAMP)
+
 install: $(STAMP)
 
 # Generate an example (iteration log, git repository, transcript, vally run), start
@@ -38,7 +49,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m agentledger.example.demo --out demo-out
 
-test: $(STAMP) $(CHROMIUM_STAMP)
+test: $(STAMP) $(CHROMIUM_STAMP) $(PG_STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

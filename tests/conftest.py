@@ -189,7 +189,7 @@ def leftover_temp_dirs() -> set[str]:
 
     out = set()
     for p in Path(tempfile.gettempdir()).iterdir():
-        if not p.name.startswith(("agentledger-pool-", "agentledger-ui-", "agentledger-eacces-")):
+        if not p.name.startswith(("agentledger-pool-", "agentledger-ui-", "agentledger-eacces-", "agentledger-pg-")):
             continue
         pid = p.name.removeprefix("agentledger-pool-").partition("-")[0]
         try:
@@ -221,3 +221,24 @@ def no_process_outlives_the_suite():
     new = leftover_temp_dirs() - before
     if new:
         pytest.fail(f"the tests left temp directories behind: {sorted(new)}")
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """A throwaway PostgreSQL 15 cluster for the whole run (tests/pgcluster.py); each
+    test makes its own database in it. Missing server binaries or psycopg: a skip,
+    a failure under CI=true (`make test` installs both)."""
+    import importlib.util
+
+    from . import pgcluster
+
+    missing = [what for what, ok in (("PostgreSQL 15 server binaries in " + str(pgcluster.BIN), pgcluster.available()),
+                                     ("psycopg (the [central] extra)", importlib.util.find_spec("psycopg") is not None))
+               if not ok]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{' and '.join(missing)} missing (CI=true; `make test` installs them)")
+        pytest.skip(f"{' and '.join(missing)} missing (`make test` installs them)")
+    cluster = pgcluster.Cluster()
+    yield cluster
+    cluster.close()

@@ -30,9 +30,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"model", "output", "paths", "scoring", "sources.annotation_model", "sources.annotations"},
     "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
     "views": {"scoring", "store"},
+    "central": {"config", "paths"},
     "service": {"config", "ledger", "output", "paths", "sources", "store"},
     "example": {"config", "ledger", "sources", "store"},
-    "cli": {"config", "ledger", "model", "output", "paths", "scoring", "service", "sources", "store", "views"},
+    "cli": {"central", "config", "ledger", "model", "output", "paths", "scoring", "service", "sources", "store",
+            "views"},
     "__main__": {"cli"},
     "__init__": set(),
 }

@@ -108,12 +108,41 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class LedgerConfig:
+    name: str = ""  # how people call this ledger in a team ledger; empty: the host name
+
+
+@dataclass(frozen=True)
+class ShipDestination:
+    """A team ledger (PostgreSQL) this ledger's events are shipped to. The URL may hold a
+    password; ``label`` never does."""
+
+    url: str
+    name: str = ""
+    batch: int = 5000  # events per transaction on the server
+
+    @property
+    def label(self) -> str:
+        return self.name or redact_url(self.url)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs, errors and cursors)."""
+    import re
+
+    url = re.sub(r"^([a-z][a-z0-9+.-]*://[^/@:]*):[^@/]*@", r"\1:***@", url, flags=re.I)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
+
+
+@dataclass(frozen=True)
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     sidecars: SidecarsConfig = field(default_factory=SidecarsConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    ship: tuple[ShipDestination, ...] = ()
     iteration_logs: tuple[IterationLogSource, ...] = ()
     vally: tuple[VallySource, ...] = ()
     annotations: tuple[AnnotationSource, ...] = ()
@@ -128,7 +157,7 @@ class Config:
 
 
 _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
-             "daemon": DaemonConfig, "limits": LimitsConfig}
+             "daemon": DaemonConfig, "limits": LimitsConfig, "ledger": LedgerConfig}
 _CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
             ("sidecars", "fsync"): ("auto", "always", "never"),
             ("daemon", "log_format"): ("auto", "json", "console")}
@@ -290,7 +319,7 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
         origin = str(path)
         base = path.resolve().parent
     _check_environment(env)
-    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally", "annotations"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"iteration_logs", "vally", "annotations", "ship"})
     if unknown:
         raise ConfigError(f"{origin}: unknown section(s): {', '.join(unknown)}")
     parts: dict[str, Any] = {}
@@ -318,7 +347,30 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
                                env.get("AGENTLEDGER_TRUNK") or DEFAULT_TRUNK),)
     vally = _dir_sources(data, "vally", VallySource, origin, base)
     annotations = _dir_sources(data, "annotations", AnnotationSource, origin, base)
-    return Config(iteration_logs=sources, vally=vally, annotations=annotations, origin=origin, **parts)
+    return Config(iteration_logs=sources, vally=vally, annotations=annotations, origin=origin,
+                  ship=_destinations(data, origin), **parts)
+
+
+def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
+    """``[[ship]]``: url (postgresql://…), optional name and batch."""
+    items = data.get("ship", [])
+    if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
+        raise ConfigError(f"{origin}: ship must be an array of tables ([[ship]])")
+    out = []
+    for item in items:
+        unknown = sorted(set(item) - {"url", "name", "batch"})
+        url = item.get("url")
+        if unknown or not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch)"
+                              + (f"; unknown key(s): {', '.join(unknown)}" if unknown else ""))
+        batch = item.get("batch", 5000)
+        if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 1_000_000:
+            raise ConfigError(f"{origin}: [[ship]] batch must be a whole number from 1 to 1000000")
+        out.append(ShipDestination(url, str(item.get("name", "")), batch))
+    labels = [d.label for d in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{origin}: two [[ship]] destinations are the same: give them different names")
+    return tuple(out)
 
 
 def _dir_sources(data: dict, key: str, cls: type, origin: str, base: Path) -> tuple:

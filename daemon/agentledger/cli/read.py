@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, count, print_rows, read_only, table
+from .common import EXIT_FAIL, EXIT_OK, Failure, count, print_rows, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -44,6 +44,8 @@ def add_commands(cmd) -> None:
     fmt.add_argument("--json", action="store_true", help="rows as a JSON array of objects")
     fmt.add_argument("--nl", action="store_true", help="rows as JSON lines, one object a line")
     fmt.add_argument("--csv", action="store_true", help="rows as CSV with a header")
+    p.add_argument("--central", nargs="?", const="", metavar="URL",
+                   help="query the team ledger (PostgreSQL; default: the one [[ship]] entry) in a read-only transaction")
     p.set_defaults(func=cmd_query)
 
 
@@ -172,29 +174,23 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    import sqlite3
+    if args.central is not None:
+        from ..central import read as central
+        from .team import destination
 
-    import sqlite_utils
-
-    from ..store.db import refuse_side_effects
-
-    _, conn = read_only(args)
-    db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
-    refusals = refuse_side_effects(conn)
-    try:
-        cursor = db.execute(args.sql, dict(args.param))
-        columns = [d[0] for d in cursor.description or []]
-        rows = cursor.fetchall()
-    except sqlite3.Error as exc:
-        if refusals.reason:
-            print(f"agentledger: query refused: {refusals.reason}", file=sys.stderr)
-        elif "readonly" in str(exc) or "read-only" in str(exc):
-            print(f"agentledger: query refused: the ledger is read-only here ({exc})", file=sys.stderr)
-        else:
+        dest = destination(args, args.central)
+        try:
+            columns, rows = central.query(dest.url, args.sql, dict(args.param))
+        except central.QueryError as exc:
             print(f"agentledger: query failed: {exc}", file=sys.stderr)
-        return EXIT_FAIL
-    finally:
-        conn.close()
+            return EXIT_FAIL
+        except central.CentralError as exc:
+            raise Failure(str(exc)) from None
+    else:
+        fetched = _query_local(args)
+        if fetched is None:
+            return EXIT_FAIL
+        columns, rows = fetched
     if args.json:
         print(json.dumps([dict(zip(columns, r)) for r in rows], indent=2, default=str))
     elif args.nl:
@@ -209,6 +205,31 @@ def cmd_query(args: argparse.Namespace) -> int:
     else:
         table([dict(zip(columns, r)) for r in rows], columns)
     return EXIT_OK
+
+
+def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
+    import sqlite3
+
+    import sqlite_utils
+
+    from ..store.db import refuse_side_effects
+
+    _, conn = read_only(args)
+    db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
+    refusals = refuse_side_effects(conn)
+    try:
+        cursor = db.execute(args.sql, dict(args.param))
+        return [d[0] for d in cursor.description or []], cursor.fetchall()
+    except sqlite3.Error as exc:
+        if refusals.reason:
+            print(f"agentledger: query refused: {refusals.reason}", file=sys.stderr)
+        elif "readonly" in str(exc) or "read-only" in str(exc):
+            print(f"agentledger: query refused: the ledger is read-only here ({exc})", file=sys.stderr)
+        else:
+            print(f"agentledger: query failed: {exc}", file=sys.stderr)
+        return None
+    finally:
+        conn.close()
 
 
 def cmd_trials(args: argparse.Namespace) -> int:

@@ -56,8 +56,9 @@ def cmd_config(args: argparse.Namespace) -> int:
                + [{"kind": "vally", "path": str(s.path)} for s in cfg.vally]
                + [{"kind": "annotations", "path": str(s.path)} for s in cfg.annotations])
     looked = [str(p) for p in C.config_candidates()]
+    ship = [{"destination": d.label, "batch": d.batch} for d in cfg.ship]  # never the password
     result = {"config_file": str(path) if path else None, "looked_in": looked, "settings": rows,
-              "sources": sources, "sources_from": sources_from if sources else None}
+              "sources": sources, "sources_from": sources_from if sources else None, "ship": ship}
     if args.json:
         print(json.dumps(result, indent=2))
         return EXIT_OK
@@ -74,6 +75,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     for s in sources:
         extra = f" (repo {s['repo']}, trunk {s['trunk']})" if s["kind"] == "iteration_log" else ""
         print(f"  {s['kind']}: {s['path']}{extra}  # {sources_from}")
+    for d in ship:
+        print(f"  ship: {d['destination']} (batch {d['batch']})  # {path}")
     sys.stdout.flush()
     return EXIT_OK
 

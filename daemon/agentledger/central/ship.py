@@ -1,0 +1,229 @@
+"""Shipping: this ledger's events to a team ledger, exactly once in effect.
+
+Transport is at least once, the apply is idempotent: a batch (events after the
+cursor, in seq order) is copied into a temporary staging table (COPY) and
+inserted with ``ON CONFLICT DO NOTHING`` on both (ledger_id, seq) and (origin,
+idempotency_key), and the projections are brought up to date from the events the
+server now holds in that seq range, all in one server transaction. Only after
+the server has confirmed that commit does the local cursor move (in the local
+ledger, its own small transaction). A crash anywhere in between makes the next
+pass send the same batch again, which changes nothing on the server: exactly once
+in effect, which the tests check by killing the shipper at random moments.
+
+Projections follow the events by seq: each row remembers the seq of the event it
+reflects and is replaced only by a later one, so re-applying a batch, or a batch
+arriving after a later one, leaves them as they were.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sqlite3
+from dataclasses import dataclass
+
+from ..config import ShipDestination
+from . import schema
+from .connect import CentralError, connect, describe
+
+LOCAL_COLUMNS = ("seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
+                 " source, source_path, source_position, payload")
+STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (seq bigint, stream text, type text, schema_version integer,"
+           " idempotency_key text, content_hash text, occurred_at text, recorded_at timestamptz, source text,"
+           " source_path text, source_position text, payload jsonb, payload_text text) ON COMMIT DELETE ROWS")
+COPY = ("COPY ship_staging (seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
+        " recorded_at, source, source_path, source_position, payload, payload_text) FROM STDIN")
+# JSONB refuses a NUL character in a string (and a lone surrogate); such payloads keep their exact text
+_UNFIT_FOR_JSONB = re.compile(r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
+
+PROJECT = (
+    # the most recent score of each iteration
+    """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
+           inputs_hash, scored_at, seq)
+       SELECT DISTINCT ON (e.source, (e.payload->>'iteration')::integer) e.ledger_id, e.source,
+              (e.payload->>'iteration')::integer, e.payload->>'rubric_version', (e.payload->>'scored')::boolean,
+              CASE WHEN jsonb_typeof(e.payload->'value') = 'number' THEN (e.payload->>'value')::double precision END,
+              e.payload->>'band', e.payload->>'inputs_hash', e.recorded_at, e.seq
+       FROM agentledger.events e
+       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'score.computed'
+       ORDER BY e.source, (e.payload->>'iteration')::integer, e.seq DESC
+       ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET rubric_version = excluded.rubric_version,
+           scored = excluded.scored, value = excluded.value, band = excluded.band,
+           inputs_hash = excluded.inputs_hash, scored_at = excluded.scored_at, seq = excluded.seq
+       WHERE excluded.seq > t.seq""",
+    # iterations: a dedicated record beats the archive's; among equals the later one
+    """INSERT INTO agentledger.iterations AS t (ledger_id, source, iteration, kind, session_id, task_id, date,
+           commit_ref, seq)
+       SELECT DISTINCT ON (c.source, c.iteration) c.ledger_id, c.source, c.iteration, c.kind,
+              coalesce(c.r->'agent'->>'session_id', ''), coalesce(c.r->>'task_id', ''), coalesce(c.r->>'date', ''),
+              coalesce(c.r->>'commit', ''), c.seq
+       FROM (SELECT e.ledger_id, e.source, (e.payload->'record'->>'iteration')::integer AS iteration,
+                    'dedicated' AS kind, e.payload->'record' AS r, e.seq
+             FROM agentledger.events e
+             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'iteration.recorded'
+             UNION ALL
+             SELECT e.ledger_id, e.source, (x->>'iteration')::integer, 'historical', x, e.seq
+             FROM agentledger.events e, jsonb_array_elements(e.payload->'records') AS x
+             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'historical.recorded') c
+       ORDER BY c.source, c.iteration, c.kind = 'dedicated' DESC, c.seq DESC
+       ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET kind = excluded.kind,
+           session_id = excluded.session_id, task_id = excluded.task_id, date = excluded.date,
+           commit_ref = excluded.commit_ref, seq = excluded.seq
+       WHERE (excluded.kind = 'dedicated' AND (t.kind = 'historical' OR excluded.seq > t.seq))
+          OR (excluded.kind = 'historical' AND t.kind = 'historical' AND excluded.seq > t.seq)""",
+    # eval trials (a re-reported trial replaces its row)
+    """INSERT INTO agentledger.trials AS t (ledger_id, source, run_dir, item_id, run_id, experiment, eval_name,
+           stimulus, model, variant, trial_index, status, passed, duration_ms, input_tokens, output_tokens, seq)
+       SELECT DISTINCT ON (e.source, e.payload->>'run_dir', e.payload->'trial'->>'item_id') e.ledger_id, e.source,
+              e.payload->>'run_dir', e.payload->'trial'->>'item_id', e.payload->'trial'->>'run_id',
+              coalesce(e.payload->'trial'->>'experiment', ''), e.payload->'trial'->>'eval_name',
+              e.payload->'trial'->>'stimulus', e.payload->'trial'->>'model', e.payload->'trial'->>'variant',
+              (e.payload->'trial'->>'trial_index')::integer, e.payload->'trial'->>'status',
+              (e.payload->'trial'->>'passed')::boolean, (e.payload->'trial'->>'duration_ms')::bigint,
+              (e.payload->'trial'->>'input_tokens')::bigint, (e.payload->'trial'->>'output_tokens')::bigint, e.seq
+       FROM agentledger.events e
+       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'trial.completed'
+       ORDER BY e.source, e.payload->>'run_dir', e.payload->'trial'->>'item_id', e.seq DESC
+       ON CONFLICT (ledger_id, source, run_dir, item_id) DO UPDATE SET run_id = excluded.run_id,
+           experiment = excluded.experiment, eval_name = excluded.eval_name, stimulus = excluded.stimulus,
+           model = excluded.model, variant = excluded.variant, trial_index = excluded.trial_index,
+           status = excluded.status, passed = excluded.passed, duration_ms = excluded.duration_ms,
+           input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, seq = excluded.seq
+       WHERE excluded.seq > t.seq""",
+    # quarantine: recorded, then resolved by a later event about the same file
+    """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason)
+       SELECT e.ledger_id, e.seq, e.source, e.payload->>'path', e.payload->>'kind', (e.payload->>'line')::integer,
+              (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason'
+       FROM agentledger.events e
+       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'source.quarantined'
+       ON CONFLICT DO NOTHING""",
+    """UPDATE agentledger.quarantine q SET resolved_seq = r.seq
+       FROM (SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') AS path, max(e.seq) AS seq
+             FROM agentledger.events e
+             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s
+               AND e.type IN ('iteration.recorded', 'historical.recorded', 'hook_outcomes.recorded',
+                              'labels.recorded', 'artifact.recorded', 'file.removed', 'annotation.recorded')
+             GROUP BY 1, 2) r
+       WHERE q.ledger_id = %(id)s AND q.source = r.source AND q.path = r.path AND q.resolved_seq IS NULL
+         AND q.seq < r.seq""",
+)
+
+
+@dataclass
+class ShipReport:
+    destination: str
+    sent: int = 0  # events sent (a batch sent again counts again)
+    new: int = 0  # events the server did not hold yet
+    batches: int = 0
+    cursor: int = 0  # the last seq the server confirmed
+    behind: int = 0  # events still to send after this pass
+
+
+def ledger_identity(local: sqlite3.Connection) -> str:
+    return local.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
+
+
+def cursor_of(local: sqlite3.Connection, destination: str) -> int:
+    row = local.execute("SELECT last_seq FROM ship_cursors WHERE destination = ?", (destination,)).fetchone()
+    return row[0] if row else 0
+
+
+class Shipper:
+    """Ships one local ledger to one destination; keeps its server connection between passes."""
+
+    def __init__(self, local: sqlite3.Connection, dest: ShipDestination, *, name: str = "") -> None:
+        self.local = local
+        self.dest = dest
+        self.ledger_id = ledger_identity(local)
+        self.host = socket.gethostname()
+        self.name = name or self.host
+        self.pg = None
+
+    def close(self) -> None:
+        if self.pg is not None:
+            try:
+                self.pg.close()
+            finally:
+                self.pg = None
+
+    def _server(self):
+        if self.pg is None or self.pg.closed or self.pg.broken:
+            self.close()
+            pg = connect(self.dest.url)
+            try:
+                schema.migrate(pg)
+                pg.execute(STAGING)
+                pg.commit()
+            except BaseException:
+                pg.close()
+                raise
+            self.pg = pg
+        return self.pg
+
+    def ship(self, *, max_batches: int | None = None) -> ShipReport:
+        """Send every event after the cursor (or ``max_batches`` batches of them).
+        Raises CentralError when the server cannot be reached or refuses; what was
+        confirmed before stays confirmed."""
+        import psycopg
+
+        report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
+        try:
+            self._server()  # even with nothing to send: a wrong URL or password is said now
+            while max_batches is None or report.batches < max_batches:
+                rows = self.local.execute(f"SELECT {LOCAL_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                                          (report.cursor, self.dest.batch)).fetchall()
+                if not rows:
+                    break
+                report.new += self._send(rows, report.cursor)
+                report.sent += len(rows)
+                report.batches += 1
+                report.cursor = rows[-1][0]
+                with self.local:  # the server has committed: now the cursor may move
+                    self.local.execute("INSERT OR REPLACE INTO ship_cursors (destination, last_seq, shipped_at)"
+                                       " VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                                       (self.dest.label, report.cursor))
+        except psycopg.Error as exc:
+            self.close()
+            raise CentralError(f"{self.dest.label}: {describe(exc)}") from None
+        report.behind = self.local.execute("SELECT count(*) FROM events WHERE seq > ?", (report.cursor,)).fetchone()[0]
+        return report
+
+    def _send(self, rows: list[tuple], after: int) -> int:
+        """One server transaction: stage, insert what is new, project. Returns the new count."""
+        pg = self._server()
+        ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0]}
+        with pg.transaction(), pg.cursor() as cur:
+            with cur.copy(COPY) as copy:
+                for r in rows:
+                    text = r[11]
+                    fit = not _UNFIT_FOR_JSONB.search(text)
+                    copy.write_row((*r[:11], text if fit else None, None if fit else text))
+            cur.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host, last_seq) VALUES (%s, %s, %s, %s)"
+                        " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host,"
+                        " last_shipped_at = now(),"
+                        " last_seq = greatest(agentledger.ledgers.last_seq, excluded.last_seq)",
+                        (self.ledger_id, self.name, self.host, ids["hi"]))
+            cur.execute("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type,"
+                        " schema_version, content_hash, occurred_at, recorded_at, source, source_path,"
+                        " source_position, payload, payload_text)"
+                        " SELECT %(id)s, seq, %(id)s, idempotency_key, stream, type, schema_version, content_hash,"
+                        " occurred_at, recorded_at, source, source_path, source_position, payload, payload_text"
+                        " FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING", ids)
+            new = cur.rowcount
+            for sql in PROJECT:
+                cur.execute(sql, ids)
+        return new
+
+
+def ship_all(local: sqlite3.Connection, destinations, *, name: str = "") -> list[ShipReport | CentralError]:
+    """One pass to every destination; a failing one does not stop the others."""
+    out: list[ShipReport | CentralError] = []
+    for dest in destinations:
+        shipper = Shipper(local, dest, name=name)
+        try:
+            out.append(shipper.ship())
+        except CentralError as exc:
+            out.append(exc)
+        finally:
+            shipper.close()
+    return out
