@@ -110,3 +110,85 @@ class Cluster:
             self.stop()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Proxy:
+    """A TCP forwarder in front of the cluster, to make the network misbehave: in
+    "blackhole" mode it accepts connections and never answers (a dead route: the
+    client's connect_timeout fires), and switching modes drops every open connection."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.mode = "forward"
+        self.open: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self._spawn(self._accept)
+
+    def _spawn(self, fn, *args) -> None:
+        import threading
+
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self.lock:
+                self.open.append(client)
+                if self.mode == "blackhole":
+                    continue
+                try:
+                    upstream = socket.create_connection(("127.0.0.1", self.target))
+                except OSError:
+                    client.close()
+                    continue
+                self.open.append(upstream)
+            self._spawn(self._pump, client, upstream)
+            self._spawn(self._pump, upstream, client)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _drop(self) -> None:
+        with self.lock:
+            for s in self.open:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self.open.clear()
+
+    def set(self, mode: str) -> None:
+        self._drop()
+        self.mode = mode
+
+    def url(self, db: str, **params: str) -> str:
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{db}" + (f"?{query}" if query else "")
+
+    def close(self) -> None:
+        self.listener.close()
+        self._drop()
+        for t in self.threads:
+            t.join(5)

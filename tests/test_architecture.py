@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
     "views": {"scoring", "store"},
     "central": {"config", "paths"},
-    "service": {"config", "ledger", "output", "paths", "sources", "store"},
+    "service": {"central", "config", "ledger", "output", "paths", "sources", "store"},
     "example": {"config", "ledger", "sources", "store"},
     "cli": {"central", "config", "ledger", "model", "output", "paths", "scoring", "service", "sources", "store",
             "views"},

@@ -253,3 +253,67 @@ def test_config_ship_entries_are_checked_and_never_print_the_password(tmp_path: 
         code, _, err = run_cli("config", "--config", str(cfg))
         assert code == 2 and said in err, (text, err)
     assert uuid.UUID(ledger_id(machine(tmp_path / "m", 3)[0])).version == 4
+
+
+def test_the_daemon_ships_as_it_goes_and_outlives_the_server_and_the_network(pg, tmp_path: Path, make_repo) -> None:
+    """`agentledger run` with [[ship]]: the backlog and every new iteration reach the
+    team ledger; the server stopped mid-ship, then a dead route (connections accepted
+    and never answered) are each logged once, the daemon keeps scoring, and once the
+    server is back the central events are exactly the local ones."""
+    from .pgcluster import Proxy
+    from .test_daemon import RECORD, log_of, running
+
+    pg.create_database("live")
+    proxy = Proxy(pg.port)
+    repo = make_repo()
+    log = log_of(tmp_path, 300)
+    db = tmp_path / "l.sqlite"
+    url = proxy.url("live", connect_timeout="2")
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[ledger]\nname = "box-1"\n[[ship]]\nurl = "{url}"\nname = "team"\n'
+                   f'batch = 50\n[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    daemon_log = tmp_path / "daemon.log"
+
+    def caught_up() -> bool:
+        try:
+            return len(central_events(url, ledger_id(db))) == len(local_events(db))
+        except Exception:  # noqa: BLE001 - the server may be away on purpose
+            return False
+
+    def said(text: str) -> int:
+        return daemon_log.read_text().count(text)
+
+    try:
+        with running(tmp_path, cfg) as (proc, notify):
+            notify.wait_for("READY=1", timeout=60)
+            assert wait_until(caught_up, timeout=60)
+            # a new iteration reaches the team ledger soon after its score is committed
+            (log / "iter-301.yaml").write_text(RECORD.format(n=301, r=0))
+            assert wait_until(lambda: caught_up() and any(
+                e[2] == "score.computed" and e[3]["iteration"] == 301 for e in central_events(url, ledger_id(db))),
+                timeout=30)
+            # the server stops while a backlog is being shipped
+            for n in range(302, 502):
+                (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 2))
+            assert wait_until(lambda: (log / "iter-501.score.yaml").is_file(), timeout=60)
+            pg.stop()
+            assert wait_until(lambda: said("team ledger unreachable") == 1, timeout=30)
+            (log / "iter-502.yaml").write_text(RECORD.format(n=502, r=1))  # local work goes on
+            assert wait_until(lambda: (log / "iter-502.score.yaml").is_file(), timeout=30)
+            pg.start()
+            assert wait_until(caught_up, timeout=90) and said("team ledger reachable again") == 1
+            # a dead route: connections are accepted and never answered
+            proxy.set("blackhole")
+            for n in range(503, 553):
+                (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=0))
+            assert wait_until(lambda: said("team ledger unreachable") == 2, timeout=60)
+            assert proc.poll() is None and not caught_up()
+            proxy.set("forward")
+            assert wait_until(caught_up, timeout=90) and said("team ledger reachable again") == 2
+            assert_exactly_the_union(url, [db])
+            assert "box-1" in run_cli("central", "status", url)[1]
+            assert "s3cret" not in daemon_log.read_text()
+    finally:
+        proxy.close()
+        if not pg.accepting():
+            pg.start()

@@ -66,6 +66,15 @@ def wait_until(pred, timeout: float = 10) -> bool:
     return False
 
 
+def log_of(tmp_path: Path, n: int) -> Path:
+    """An iteration-log directory with iterations 1..n closed."""
+    log = tmp_path / "log"
+    log.mkdir()
+    for k in range(1, n + 1):
+        (log / f"iter-{k}.yaml").write_text(RECORD.format(n=k, r=k % 3))
+    return log
+
+
 @contextlib.contextmanager
 def running(tmp_path: Path, cfg: Path):
     """`agentledger run --config CFG` with a notify socket; stopped with SIGTERM (exit 0
@@ -171,10 +180,7 @@ def test_sighup_reloads_the_configuration_inside_reloading_and_ready(tmp_path: P
     """A rubric bump in the config file: RELOADING=1, the backfill, then READY=1, so
     that `systemctl reload` returns with every sidecar already under the new rubric."""
     repo = make_repo()
-    log = tmp_path / "log"
-    log.mkdir()
-    for n in range(1, 6):
-        (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n % 3))
+    log = log_of(tmp_path, 5)
     cfg = tmp_path / "agentledger.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[scoring]\nrubric = "2.1.0"\n'
                    f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')

@@ -40,7 +40,6 @@ import watchfiles
 from ..config import Config
 from ..ledger import Ledger, Report
 from ..output.sidecars import is_temp_name
-from ..sources import iterlog as S
 from ..sources import vally
 from .checkpointer import Checkpointer
 from .notify import Notifier
@@ -70,13 +69,14 @@ class Daemon:
         self.failures = 0  # consecutive failed steps
         self.retry_at: float | None = None  # when to retry after a failure (a reconcile)
         self.checkpointer: Checkpointer | None = None
+        self.shipping = None  # a ShipLoop when [[ship]] names team ledgers
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, lambda *_: self.requests.put("reload"))
-        self._log_limits()
+        log_limits(self.cfg)
         self.ledger = self._open_ledger()
         if self.ledger is None:  # stopped while waiting for the store
             self.notifier.send("STOPPING=1")
@@ -84,12 +84,15 @@ class Daemon:
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
         self.checkpointer = Checkpointer(self.cfg.store.path).start()
         self._guard("initial scan", self.ledger.scan_all)
+        self._restart_shipping()
         scheduler = self._scheduler()
         try:
             self._loop()
         finally:
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             scheduler.shutdown(wait=False)
+            if self.shipping is not None:
+                self.shipping.stop()
             self.checkpointer.stop()
             self.ledger.close()
             log.info("stopped")
@@ -120,6 +123,16 @@ class Daemon:
                 delay = min(delay * 2, 60.0)
         return None
 
+    def _restart_shipping(self) -> None:
+        """(Re)start the shipping thread for the configured [[ship]] destinations."""
+        if self.shipping is not None:
+            self.shipping.stop()
+            self.shipping = None
+        if self.cfg.ship:
+            from .shipping import ShipLoop
+
+            self.shipping = ShipLoop(self.cfg).start()
+
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
         self.stop.set()
@@ -139,7 +152,7 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
-        paths = self._watch_paths()
+        paths = watch_paths(self.cfg)
         tick = 1000
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
@@ -165,7 +178,7 @@ class Daemon:
                     self.retry_at = None
                     self.requests.put("reconcile")
                 if self._drain():  # the watched paths changed (config reload)
-                    paths = self._watch_paths()
+                    paths = watch_paths(self.cfg)
                     break
                 if self.stop.is_set():
                     return
@@ -180,7 +193,9 @@ class Daemon:
             if report is not None and self.ledger is not None:
                 report.add(self.ledger.collect_writes())  # sidecars that landed since the last step
             if report is not None:
-                self._log_report(what, report)
+                log_report(what, report)
+                if report.events and self.shipping is not None:
+                    self.shipping.nudge()  # new events: to the team ledger now, not at the next poll
             if self.failures:
                 log.info("recovered", step=what, after_failures=self.failures)
             self.failures = 0
@@ -234,7 +249,10 @@ class Daemon:
         if cfg.store.path != self.cfg.store.path and self.checkpointer is not None:
             self.checkpointer.stop()
             self.checkpointer = Checkpointer(cfg.store.path).start()
+        old_ship = self.cfg.ship, self.cfg.ledger, self.cfg.store.path
         self.cfg, self.ledger = cfg, new
+        if (cfg.ship, cfg.ledger, cfg.store.path) != old_ship:
+            self._restart_shipping()
         report = self.ledger.scan_all()
         self.ledger.wait_for_writes()  # READY=1 follows once the backfill's sidecars are on disk
         return report
@@ -276,15 +294,6 @@ class Daemon:
             report.add(led.rescore(src))
         return report
 
-    def _watch_paths(self) -> list[Path]:
-        out: list[Path] = []
-        for src in self.cfg.iteration_logs:
-            out += [src.path, *src.transcripts, *src.vally_transcripts]
-            out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
-        out += [v.path for v in self.cfg.vally]
-        out += [a.path for a in self.cfg.annotations]
-        return [p for p in dict.fromkeys(out) if p.is_dir()]
-
     # -- telling people what is going on ---------------------------------------------------------
     def _status(self) -> str:
         led = self.ledger
@@ -295,21 +304,33 @@ class Daemon:
         q = c.execute("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL").fetchone()[0]
         return f"{n} iterations, rubric {led.rubric.version}, {q} quarantined"
 
-    def _log_report(self, what: str, r: Report) -> None:
-        if r.events or r.scored or r.sidecars_written or r.errors:
-            log.info(what, events=r.events, scored=r.scored, sidecars=r.sidecars_written,
-                     sessions=r.sessions_written, quarantined=r.quarantined)
-        for err in r.errors:
-            log.error(what, error=err)
 
-    def _log_limits(self) -> None:
-        limits = {}
-        for name in ("max_user_watches", "max_user_instances", "max_queued_events"):
-            try:
-                limits[name] = int(Path(f"/proc/sys/fs/inotify/{name}").read_text())
-            except (OSError, ValueError):
-                pass
-        log.info("starting", inotify=limits, force_polling=self.cfg.daemon.force_polling, pid=os.getpid())
+def watch_paths(cfg: Config) -> list[Path]:
+    out: list[Path] = []
+    for src in cfg.iteration_logs:
+        out += [src.path, *src.transcripts, *src.vally_transcripts]
+        out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
+    out += [v.path for v in cfg.vally]
+    out += [a.path for a in cfg.annotations]
+    return [p for p in dict.fromkeys(out) if p.is_dir()]
+
+
+def log_report(what: str, r: Report) -> None:
+    if r.events or r.scored or r.sidecars_written or r.errors:
+        log.info(what, events=r.events, scored=r.scored, sidecars=r.sidecars_written,
+                 sessions=r.sessions_written, quarantined=r.quarantined)
+    for err in r.errors:
+        log.error(what, error=err)
+
+
+def log_limits(cfg: Config) -> None:
+    limits = {}
+    for name in ("max_user_watches", "max_user_instances", "max_queued_events"):
+        try:
+            limits[name] = int(Path(f"/proc/sys/fs/inotify/{name}").read_text())
+        except (OSError, ValueError):
+            pass
+    log.info("starting", inotify=limits, force_polling=cfg.daemon.force_polling, pid=os.getpid())
 
 
 def _under(p: Path, root: Path) -> bool:
@@ -327,4 +348,4 @@ def _sum(reports) -> Report:
     return total
 
 
-__all__ = ["Daemon", "S"]
+__all__ = ["Daemon"]
