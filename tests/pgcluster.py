@@ -38,7 +38,10 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        """``durable``: PostgreSQL's default fsync behaviour (benchmarks); tests turn
+        fsync off, which changes nothing they check."""
+        self.durable = durable
         self.dir = Path(tempfile.mkdtemp(prefix="agentledger-pg-"))
         self.data = self.dir / "data"
         self.port = _free_port()
@@ -72,8 +75,8 @@ class Cluster:
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
             [str(BIN / "postgres"), "-D", str(self.data), "-k", str(self.dir), "-p", str(self.port),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=60"],
+             "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=60",
+             *(() if self.durable else ("-c", "fsync=off", "-c", "full_page_writes=off"))],
             stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._demote)
         log.close()
         deadline = time.monotonic() + 60

@@ -30,7 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"model", "output", "paths", "scoring", "sources.annotation_model", "sources.annotations"},
     "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
     "views": {"scoring", "store"},
-    "central": {"config", "paths"},
+    "central": {"config", "paths", "scoring", "views"},
     "service": {"central", "config", "ledger", "output", "paths", "sources", "store"},
     "example": {"config", "ledger", "sources", "store"},
     "cli": {"central", "config", "ledger", "model", "output", "paths", "scoring", "service", "sources", "store",

@@ -5,6 +5,7 @@ follow, and wrong input is one clear line that leaves local work alone."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import sqlite3
@@ -80,8 +81,9 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
     dbs = [machine(tmp_path / "a", 300, seed=1, extras=True)[0], machine(tmp_path / "b", 200, seed=2)[0],
            machine(tmp_path / "c", 250, seed=3)[0]]
     procs = [subprocess.Popen([sys.executable, "-m", "agentledger", "ship", "--central", url, "--db", str(db)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for db in dbs for _ in range(2)]  # each machine twice at once: the second finds nothing new
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "AGENTLEDGER_LEDGER_NAME": f"box-{k}"})
+             for k, db in enumerate(dbs) for _ in range(2)]  # each machine twice at once: the second finds nothing new
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -103,6 +105,16 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
     with sqlite3.connect(dbs[0]) as c:
         local_q = c.execute("SELECT path, line FROM open_quarantine").fetchall()
     assert [(r["path"], r["line"]) for r in json.loads(out)] == local_q == [("run-a/results.jsonl", 31)]
+    # the team report: every machine and repository, drawn by the same charts as a machine's own
+    page = tmp_path / "team.html"
+    code, out, err = run_cli("report", "--central", url, "-o", str(page))
+    assert code == 0 and f"{750} iterations" in out, err
+    html = page.read_text()
+    for chart in ("trend-overall", "sessions", "by-machine", "by-repository", "bands-over-time", "signals-over-time",
+                  "tokens", "pass-rates"):
+        assert f'<figure id="{chart}">' in html, chart
+    machines = html.split('<figure id="by-machine">', 1)[1].split("</figure>", 1)[0]
+    assert all(f">box-{k}<" in machines for k in range(3)) and "agentledger team report" in html
 
 
 def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, tmp_path: Path) -> None:

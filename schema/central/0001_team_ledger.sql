@@ -40,6 +40,12 @@ CREATE TABLE agentledger.events (
     CHECK (payload IS NOT NULL OR payload_text IS NOT NULL)
 );
 CREATE INDEX events_by_type ON agentledger.events (type, ledger_id, seq);
+-- lz4 compresses large payloads (score breakdowns) several times faster than the
+-- default pglz; a server built without lz4 keeps its default
+DO $$ BEGIN
+    ALTER TABLE agentledger.events ALTER COLUMN payload SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN NULL;
+END $$;
 
 -- The most recent score of each iteration of each ledger's iteration log.
 CREATE TABLE agentledger.score_latest (
@@ -67,6 +73,8 @@ CREATE TABLE agentledger.iterations (
     task_id    text    NOT NULL DEFAULT '',
     date       text    NOT NULL DEFAULT '',
     commit_ref text    NOT NULL DEFAULT '',
+    input_tokens  bigint,                             -- the record's session_tokens, when it has them
+    output_tokens bigint,
     seq        bigint  NOT NULL,
     PRIMARY KEY (ledger_id, source, iteration)
 );

@@ -26,15 +26,26 @@ from ..config import ShipDestination
 from . import schema
 from .connect import CentralError, connect, describe
 
-LOCAL_COLUMNS = ("seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
-                 " source, source_path, source_position, payload")
-STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (seq bigint, stream text, type text, schema_version integer,"
-           " idempotency_key text, content_hash text, occurred_at text, recorded_at timestamptz, source text,"
-           " source_path text, source_position text, payload jsonb, payload_text text) ON COMMIT DELETE ROWS")
-COPY = ("COPY ship_staging (seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
-        " recorded_at, source, source_path, source_position, payload, payload_text) FROM STDIN")
-# JSONB refuses a NUL character in a string (and a lone surrogate); such payloads keep their exact text
+LOCAL_BATCH = ("SELECT seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
+               " source, source_path, source_position, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+# JSONB refuses a NUL character in a string, and a lone surrogate: such payloads keep
+# their exact text (payload_text) and no JSONB. A false alarm only costs the JSONB.
 _UNFIT_FOR_JSONB = re.compile(r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
+# The staging table holds text (stored uncompressed: it lives for one transaction); the
+# insert parses payloads into JSONB and times into timestamptz once. COPY is binary:
+# psycopg's C code writes the rows, no escaping pass over the payloads.
+STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (seq bigint, stream text, type text, schema_version integer,"
+           " idempotency_key text, content_hash text, occurred_at text, recorded_at text, source text,"
+           " source_path text, source_position text, payload text, fits_jsonb boolean) ON COMMIT DELETE ROWS;"
+           " ALTER TABLE ship_staging ALTER COLUMN payload SET STORAGE EXTERNAL")
+COPY = ("COPY ship_staging (seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
+        " recorded_at, source, source_path, source_position, payload, fits_jsonb) FROM STDIN (FORMAT BINARY)")
+COPY_TYPES = ["int8", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text", "bool"]
+INSERT = ("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type, schema_version,"
+          " content_hash, occurred_at, recorded_at, source, source_path, source_position, payload, payload_text)"
+          " SELECT %(id)s, seq, %(id)s, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
+          " recorded_at::timestamptz, source, source_path, source_position, CASE WHEN fits_jsonb THEN payload::jsonb"
+          " END, CASE WHEN NOT fits_jsonb THEN payload END FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING")
 
 PROJECT = (
     # the most recent score of each iteration
@@ -53,10 +64,11 @@ PROJECT = (
        WHERE excluded.seq > t.seq""",
     # iterations: a dedicated record beats the archive's; among equals the later one
     """INSERT INTO agentledger.iterations AS t (ledger_id, source, iteration, kind, session_id, task_id, date,
-           commit_ref, seq)
+           commit_ref, input_tokens, output_tokens, seq)
        SELECT DISTINCT ON (c.source, c.iteration) c.ledger_id, c.source, c.iteration, c.kind,
               coalesce(c.r->'agent'->>'session_id', ''), coalesce(c.r->>'task_id', ''), coalesce(c.r->>'date', ''),
-              coalesce(c.r->>'commit', ''), c.seq
+              coalesce(c.r->>'commit', ''), (c.r->'session_tokens'->>'input_tokens')::bigint,
+              (c.r->'session_tokens'->>'output_tokens')::bigint, c.seq
        FROM (SELECT e.ledger_id, e.source, (e.payload->'record'->>'iteration')::integer AS iteration,
                     'dedicated' AS kind, e.payload->'record' AS r, e.seq
              FROM agentledger.events e
@@ -68,7 +80,8 @@ PROJECT = (
        ORDER BY c.source, c.iteration, c.kind = 'dedicated' DESC, c.seq DESC
        ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET kind = excluded.kind,
            session_id = excluded.session_id, task_id = excluded.task_id, date = excluded.date,
-           commit_ref = excluded.commit_ref, seq = excluded.seq
+           commit_ref = excluded.commit_ref, input_tokens = excluded.input_tokens,
+           output_tokens = excluded.output_tokens, seq = excluded.seq
        WHERE (excluded.kind = 'dedicated' AND (t.kind = 'historical' OR excluded.seq > t.seq))
           OR (excluded.kind = 'historical' AND t.kind = 'historical' AND excluded.seq > t.seq)""",
     # eval trials (a re-reported trial replaces its row)
@@ -170,8 +183,7 @@ class Shipper:
         try:
             self._server()  # even with nothing to send: a wrong URL or password is said now
             while max_batches is None or report.batches < max_batches:
-                rows = self.local.execute(f"SELECT {LOCAL_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                                          (report.cursor, self.dest.batch)).fetchall()
+                rows = self.local.execute(LOCAL_BATCH, (report.cursor, self.dest.batch)).fetchall()
                 if not rows:
                     break
                 report.new += self._send(rows, report.cursor)
@@ -194,21 +206,16 @@ class Shipper:
         ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0]}
         with pg.transaction(), pg.cursor() as cur:
             with cur.copy(COPY) as copy:
+                copy.set_types(COPY_TYPES)
+                unfit = _UNFIT_FOR_JSONB.search
                 for r in rows:
-                    text = r[11]
-                    fit = not _UNFIT_FOR_JSONB.search(text)
-                    copy.write_row((*r[:11], text if fit else None, None if fit else text))
+                    copy.write_row((*r, unfit(r[11]) is None))
             cur.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host, last_seq) VALUES (%s, %s, %s, %s)"
                         " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host,"
                         " last_shipped_at = now(),"
                         " last_seq = greatest(agentledger.ledgers.last_seq, excluded.last_seq)",
                         (self.ledger_id, self.name, self.host, ids["hi"]))
-            cur.execute("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type,"
-                        " schema_version, content_hash, occurred_at, recorded_at, source, source_path,"
-                        " source_position, payload, payload_text)"
-                        " SELECT %(id)s, seq, %(id)s, idempotency_key, stream, type, schema_version, content_hash,"
-                        " occurred_at, recorded_at, source, source_path, source_position, payload, payload_text"
-                        " FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING", ids)
+            cur.execute(INSERT, ids)
             new = cur.rowcount
             for sql in PROJECT:
                 cur.execute(sql, ids)

@@ -30,6 +30,8 @@ def add_commands(cmd) -> None:
     p.add_argument("--output", "-o", type=Path, default=Path("agentledger-report.html"), help="file to write")
     p.add_argument("--since", metavar="DATE", help="only scores computed at or after this ISO-8601 date/time (UTC)")
     p.add_argument("--session", metavar="ID", help="only this agent session's iterations")
+    p.add_argument("--central", nargs="?", const="", metavar="URL",
+                   help="the team report, from the team ledger (PostgreSQL; default: the one [[ship]] entry)")
     p.set_defaults(func=cmd_report)
 
     p = cmd("export", "Write events as JSON Lines (from a seq on), or scores as CSV (--rubric V: one version),"
@@ -113,6 +115,40 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     since = _since(args.since)
     output_file(args.output)
+    if args.central is not None:
+        data, where = _team_data(args, since)
+    else:
+        data, where = _local_data(args, since)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    text = report.render(data, generated_at=now, ledger=where)
+    tmp = args.output.with_name(f".{args.output.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, args.output)
+    print(f"report: {len(data.latest)} iterations, {len(data.pass_rates)} eval×model rows → {args.output}")
+    return EXIT_OK
+
+
+def _team_data(args: argparse.Namespace, since: str | None):
+    from ..central import connect
+    from ..central import report as team
+    from .team import destination
+
+    dest = destination(args, args.central)
+    try:
+        with connect.connect(dest.url) as pg:
+            pg.read_only = True
+            return team.gather(pg, since=since, session=args.session), dest.label
+    except connect.CentralError as exc:
+        raise Failure(str(exc)) from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("psycopg"):  # a query the server refused: one line
+            raise Failure(f"{dest.label}: {connect.describe(exc)}") from None
+        raise
+
+
+def _local_data(args: argparse.Namespace, since: str | None):
+    from ..views import report
+
     cfg, conn = read_only(args)
     if args.session and conn.execute("SELECT 1 FROM iterations WHERE session_id = ? LIMIT 1",
                                      (args.session,)).fetchone() is None:
@@ -124,13 +160,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                       + (f" (the latest: {', '.join(recent)})" if recent else " (it has no sessions)"))
     data = report.gather(conn, since=since, session=args.session)
     conn.close()
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    text = report.render(data, generated_at=now, ledger=str(cfg.store.path))
-    tmp = args.output.with_name(f".{args.output.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, args.output)
-    print(f"report: {len(data.latest)} iterations, {len(data.pass_rates)} eval×model rows → {args.output}")
-    return EXIT_OK
+    return data, str(cfg.store.path)
 
 
 def _since(text: str | None) -> str | None:

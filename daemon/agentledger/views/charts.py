@@ -98,6 +98,8 @@ class Plot:
             for t in ticks)
 
     def x_labels(self, labels: Sequence[object], count: int = 10) -> str:
+        widest = max((len(str(label)) for label in labels), default=1)
+        count = max(2, min(count, int(self.width // (6.5 * widest + 14))))  # long labels (a team's) must not touch
         step = max(1, -(-len(labels) // count))
         return "".join(f'<text class="tick" x="{self.x(k):.1f}" y="{self.bottom + 14}" text-anchor="middle">'
                        f'{esc(labels[k])}</text>' for k in range(0, len(labels), step))

@@ -40,6 +40,8 @@ class Data:
     rubric: str = ""
     session: str | None = None
     since: str | None = None
+    # the team report (central/report.py): per machine / per repository, (name, Summary, band counts)
+    groups: dict[str, list[tuple]] = field(default_factory=dict)
 
 
 def gather(conn: sqlite3.Connection, *, since: str | None = None, session: str | None = None) -> Data:
@@ -116,7 +118,9 @@ def sessions_newest_first(d: Data) -> list[tuple[tuple[str, str], list[tuple]]]:
     for row in d.latest:
         if row[4]:
             groups.setdefault((row[5], row[4]), []).append(row)
-    return sorted(groups.items(), key=lambda kv: (max(r[0] for r in kv[1]), kv[0]), reverse=True)
+    # a row's 7th field, when there is one, is when it was scored (a team's iterations share no order)
+    return sorted(groups.items(), key=lambda kv: (max(r[6] if len(r) > 6 else r[0] for r in kv[1]), kv[0]),
+                  reverse=True)
 
 
 def session_label(key: tuple[str, str], several_sources: bool) -> str:
@@ -192,12 +196,15 @@ def render(d: Data, *, generated_at: str, ledger: str) -> str:
             [("claimed", 1.0, [charts.Bar(r[2], f"{r[2]:.3f}") for r in d.integrity]),
              ("observed", 1.0, [charts.Bar(r[3], f"{r[3]:.3f} ({r[4]} pairs)") for r in d.integrity])])),
     ]
+    for group, rows in d.groups.items():
+        sections.insert(2, (f"By {group}", group_chart(group, rows, d.band_names)))
     if d.pass_rates:
         sections.append(("Eval pass rate", pass_rate_chart(d.pass_rates)))
     toc = "".join(f'<a href="#{esc(_anchor(html_))}">{esc(name)}</a>' for name, html_ in sections)
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>agentledger report</title>"
              f"<style>{CSS}</style></head><body>",
-             f"<header><h1>agentledger report</h1><p class=meta>{esc(ledger)} · active rubric {esc(d.rubric or '-')} · "
+             f"<header><h1>agentledger {'team ' if d.groups else ''}report</h1><p class=meta>{esc(ledger)} · "
+             f"{'rubric of most scores' if d.groups else 'active rubric'} {esc(d.rubric or '-')} · "
              f"{len(d.latest):,} iterations · {len(sessions):,} sessions"
              f"{' · ' + esc(', '.join(scope)) if scope else ''} · generated {esc(generated_at)}</p>"
              f"<nav>{toc}<a href=\"#quarantine\">Quarantine</a></nav></header>"]
@@ -242,6 +249,15 @@ def tokens_chart(d: Data, shown: list, several: bool, note: str) -> str:
                         "efficiency (mean token_efficiency sub-score: the cache hit rate)", labels,
                         [("tokens", top, totals), ("token efficiency (0 to 1)", 1.0, rates)],
                         [(charts.INDIGO, "input tokens"), (charts.CYAN, "output tokens")], note=note)
+
+
+def group_chart(group: str, rows: list[tuple], band_names: list[str]) -> str:
+    """Mean current score per machine or repository, its middle half as the whisker."""
+    best = band_names[0] if band_names else "excellent"
+    bars = [charts.Bar(s.mean, f"{s.mean:.3f} · n={s.n} · {bands.get(best, 0) / s.n:.0%} {best}", lo=s.q1, hi=s.q3)
+            for _, s, bands in rows]
+    return charts.hbars(f"by-{group}", f"Mean current score per {group} (whisker: the middle half, q1 to q3)",
+                        [name for name, *_ in rows], [("mean score (0 to 1)", 1.0, bars)])
 
 
 def pass_rate_chart(rows: list[tuple]) -> str:

@@ -1,0 +1,195 @@
+"""Team-ledger benchmarks (issue #15). Prints figures; asserts nothing.
+
+    python bench/bench_ship.py [--ledgers 20] [--iterations 5000] [--events-per-ledger 50000]
+                               [--closes 50] [--runs 30]
+
+Starts a throwaway PostgreSQL 15 cluster (tests/pgcluster.py, PostgreSQL's default
+durability: fsync on) on this machine and, over its unix socket:
+
+* throughput: ``--ledgers`` ledgers, each a copy of one generated ledger
+  (``--iterations`` iterations scored under 2.1.0 and backfilled to 3.0.0, with
+  its own ledger id) padded to ``--events-per-ledger`` events with copies of its
+  side-file events (new idempotency keys), are shipped one after another by
+  ``agentledger ship`` (the real command): events/s and MB/s over all of them,
+  peak RSS of one ship process;
+* the team query: "latest scores for the team" (per ledger: iterations, mean score,
+  each band's count) and "the 50 newest scores across the team" on the result
+  (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):
+  p50/p95 over ``--runs`` (after one warm-up run);
+* lag: ``agentledger run`` with [[ship]] on a fresh generated log; an agent closes
+  ``--closes`` iterations one at a time; time from the sidecar appearing (the
+  score is committed) to its score.computed event being visible on the server:
+  p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import run  # noqa: E402
+from agentledger.example import synth  # noqa: E402
+
+from tests import pgcluster  # noqa: E402
+
+CLI = [sys.executable, "-m", "agentledger"]
+
+
+def base_ledger(root: Path, iterations: int) -> tuple[Path, synth.Generated]:
+    gen = synth.generate(root / "gen", iterations)
+    db = root / "base.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "-q"]
+    subprocess.run([*CLI, "ingest", *args], check=True)
+    subprocess.run([*CLI, "backfill", *args, "--rubric", "3.0.0"], check=True, capture_output=True)
+    return db, gen
+
+
+def copy_of(base: Path, dst: Path, events: int) -> int:
+    """``base`` with a new ledger id, padded with copies of its side-file events to ``events``."""
+    shutil.copy(base, dst)
+    with sqlite3.connect(dst) as c:
+        c.execute("UPDATE ledger_identity SET ledger_id = ?", (str(uuid.uuid4()),))
+        have = c.execute("SELECT count(*) FROM events").fetchone()[0]
+        k = 0
+        while have < events:
+            k += 1
+            c.execute(
+                "INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
+                " recorded_at, source, source_path, source_position, payload)"
+                " SELECT stream, type, schema_version, lower(hex(randomblob(16))), content_hash, occurred_at,"
+                " recorded_at, source, source_path, source_position, payload FROM events"
+                " WHERE type IN ('hook_outcomes.recorded', 'labels.recorded', 'artifact.recorded')"
+                " ORDER BY seq LIMIT ?", (events - have,))
+            have = c.execute("SELECT count(*) FROM events").fetchone()[0]
+        return have
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def throughput_and_query(cluster: pgcluster.Cluster, root: Path, args) -> None:
+    import psycopg
+
+    t = time.perf_counter()
+    base, _ = base_ledger(root, args.iterations)
+    ledgers = [root / f"ledger-{i:02d}.sqlite" for i in range(args.ledgers)]
+    total = sum(copy_of(base, p, args.events_per_ledger) for p in ledgers)
+    payload_mb = sum(sqlite3.connect(p).execute("SELECT sum(length(payload)) FROM events").fetchone()[0]
+                     for p in ledgers) / 1e6
+    print(f"setup: {args.ledgers} ledgers, {total:,} events, {payload_mb:,.0f} MB of payloads "
+          f"({payload_mb * 1e6 / total:,.0f} bytes an event) in {time.perf_counter() - t:.0f} s")
+    url = cluster.create_database("bench")
+    wall, peak = 0.0, 0
+    for p in ledgers:
+        seconds, rss = run([*CLI, "ship", "--central", url, "--db", str(p), "-q"])
+        wall += seconds
+        peak = max(peak, rss)
+    print(f"ship: {total:,} events in {wall:.1f} s = {total / wall:,.0f} events/s, {payload_mb / wall:,.1f} MB/s;"
+          f" peak RSS of one ship process {peak / 1024:.0f} MB")
+    with psycopg.connect(url) as pg:
+        pg.execute("SET search_path = agentledger")
+        pg.execute("ANALYZE")
+        n_events, n_its = pg.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM score_latest)"
+                                     ).fetchone()
+        queries = {
+            "latest scores for the team (per ledger: iterations, mean, bands)":
+                "SELECT ledger, host, count(*), avg(value), count(*) FILTER (WHERE band = 'excellent'),"
+                " count(*) FILTER (WHERE band = 'good'), count(*) FILTER (WHERE band = 'fair'),"
+                " count(*) FILTER (WHERE band = 'poor') FROM latest_scores GROUP BY ledger, host",
+            "the 50 newest scores across the team":
+                "SELECT * FROM latest_scores ORDER BY scored_at DESC LIMIT 50",
+        }
+        for name, sql in queries.items():
+            pg.execute(sql).fetchall()
+            times = []
+            for _ in range(args.runs):
+                t = time.perf_counter()
+                pg.execute(sql).fetchall()
+                times.append((time.perf_counter() - t) * 1000)
+            print(f"query at {n_events:,} events, {n_its:,} iterations: {name}: p50 {pct(times, 50):.1f} ms,"
+                  f" p95 {pct(times, 95):.1f} ms")
+
+
+def lag(cluster: pgcluster.Cluster, root: Path, args) -> None:
+    import psycopg
+
+    url = cluster.create_database("lag")
+    gen = synth.generate(root / "lag" / "gen", 200)
+    db = root / "lag" / "ledger.sqlite"
+    cfg = root / "lag" / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[[ship]]\nurl = "{url}"\n'
+                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
+    proc = subprocess.Popen([*CLI, "run", "--config", str(cfg), "--log-format", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lags = []
+    try:
+        with psycopg.connect(url, autocommit=True) as pg:
+            def visible(n: int) -> bool:
+                try:
+                    return pg.execute("SELECT 1 FROM agentledger.events WHERE type = 'score.computed'"
+                                      " AND (payload->>'iteration')::int = %s LIMIT 1", (n,)).fetchone() is not None
+                except psycopg.errors.UndefinedTable:
+                    return False
+
+            deadline = time.monotonic() + 300
+            while not visible(200):  # the initial backlog has arrived
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+            for n in range(201, 201 + args.closes):
+                synth.add_iteration(gen, n)
+                sidecar = gen.log / f"iter-{n}.score.yaml"
+                while not sidecar.exists():
+                    time.sleep(0.002)
+                t = time.perf_counter()
+                while not visible(n):
+                    time.sleep(0.005)
+                lags.append((time.perf_counter() - t) * 1000)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"lag from a committed score to the server (daemon, {args.closes} closes): p50 {pct(lags, 50):.0f} ms,"
+          f" p95 {pct(lags, 95):.0f} ms, max {max(lags):.0f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ledgers", type=int, default=20)
+    ap.add_argument("--iterations", type=int, default=5000)
+    ap.add_argument("--events-per-ledger", type=int, default=50_000)
+    ap.add_argument("--closes", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--skip", choices=("throughput", "lag"), action="append", default=[])
+    args = ap.parse_args()
+    if not pgcluster.available():
+        raise SystemExit(f"needs PostgreSQL 15 server binaries in {pgcluster.BIN}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (cluster, temp dir) when stopped
+    root = Path(tempfile.mkdtemp(prefix="agentledger-bench-ship-"))
+    cluster = pgcluster.Cluster(durable=True)
+    try:
+        print(f"PostgreSQL {cluster.dir} (fsync on), {os.cpu_count()} cores")
+        if "throughput" not in args.skip:
+            throughput_and_query(cluster, root, args)
+        if "lag" not in args.skip:
+            lag(cluster, root, args)
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
