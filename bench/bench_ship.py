@@ -3,7 +3,7 @@
     python bench/bench_ship.py [--ledgers 20] [--iterations 5000] [--events-per-ledger 50000]
                                [--closes 50] [--runs 30]
 
-Starts a throwaway PostgreSQL 15 cluster (tests/pgcluster.py, PostgreSQL's default
+Starts a throwaway PostgreSQL 15 cluster (agentledger.example.pgcluster, PostgreSQL's default
 durability: fsync on) on this machine and, over its unix socket:
 
 * throughput: ``--ledgers`` ledgers, each a copy of one generated ledger
@@ -37,14 +37,13 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import run  # noqa: E402
-from agentledger.example import synth  # noqa: E402
-
-from tests import pgcluster  # noqa: E402
+from agentledger.example import (
+    pgcluster,  # noqa: E402
+    synth,  # noqa: E402
+)
 
 CLI = [sys.executable, "-m", "agentledger"]
 
@@ -104,8 +103,11 @@ def throughput_and_query(cluster: pgcluster.Cluster, root: Path, args) -> None:
     with psycopg.connect(url) as pg:
         pg.execute("SET search_path = agentledger")
         pg.execute("ANALYZE")
-        n_events, n_its = pg.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM score_latest)"
-                                     ).fetchone()
+        n_events, n_its, size = pg.execute(
+            "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM score_latest),"
+            " pg_database_size(current_database())").fetchone()
+        print(f"central database: {size / 2**20:,.0f} MiB for {n_events:,} events"
+              f" ({size / n_events:,.0f} bytes an event, indexes and projections included)")
         queries = {
             "latest scores for the team (per ledger: iterations, mean, bands)":
                 "SELECT ledger, host, count(*), avg(value), count(*) FILTER (WHERE band = 'excellent'),"

@@ -21,6 +21,14 @@ def test_the_demo_runs_the_main_job_and_exits_by_itself(tmp_path: Path) -> None:
     assert len(list(log.glob("iter-*.score.yaml"))) == 65
     assert all("rubric_version: 3.0.0" in p.read_text() for p in log.glob("iter-*.score.yaml"))
     assert '<figure id="trend-overall">' in (out / "report.html").read_text()
+    import importlib.util
+
+    from agentledger.example import pgcluster
+
+    if pgcluster.available() and importlib.util.find_spec("psycopg") is not None:  # the team part
+        table = text.split("FROM latest_scores GROUP BY 1", 1)[1]
+        assert "ci-runner  30" in table and "laptop     65" in table, table[:500]
+        assert '<figure id="by-machine">' in (out / "team-report.html").read_text()
     hint = [line.strip() for line in text.splitlines() if line.strip().endswith("agentledger.toml")][-2:]
     for line in hint:  # the last hints work as printed, from another directory
         run = subprocess.run(line, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=60)

@@ -44,7 +44,7 @@ CREATE INDEX events_by_type ON agentledger.events (type, ledger_id, seq);
 -- default pglz; a server built without lz4 keeps its default
 DO $$ BEGIN
     ALTER TABLE agentledger.events ALTER COLUMN payload SET COMPRESSION lz4;
-EXCEPTION WHEN feature_not_supported THEN NULL;
+EXCEPTION WHEN feature_not_supported OR syntax_error THEN NULL;  -- no lz4, or a server before 14
 END $$;
 
 -- The most recent score of each iteration of each ledger's iteration log.

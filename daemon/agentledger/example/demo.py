@@ -119,7 +119,7 @@ def main() -> None:
     analyses = out / "example" / "analyses"
     analyses.mkdir()
     cfg = out / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "ledger.sqlite"\n\n[scoring]\nrubric = "2.1.0"\n\n'
+    cfg.write_text(f'[store]\npath = "ledger.sqlite"\n\n[scoring]\nrubric = "2.1.0"\n\n[ledger]\nname = "laptop"\n\n'
                    f'[[iteration_logs]]\nname = "example"\npath = "{gen.log}"\nrepo = "{gen.repo}"\n'
                    f'transcripts = ["{transcripts}"]\n\n[[vally]]\npath = "{runs.parent.parent}"\n\n'
                    f'[[annotations]]\npath = "{analyses}"\n')
@@ -202,10 +202,42 @@ def main() -> None:
 
     step("The report: the ledger's charts in one self-contained HTML file")
     agentledger("report", "-o", str(out / "report.html"), cfg=cfg)
+    team(out, cfg)
     command, config = shlex.quote(_command()), f"--config {shlex.quote(str(cfg))}"
     print(f"\nDone. Everything is under {out}; try, from any shell:\n  {command} status {config}\n"
           f"  {command} query 'SELECT * FROM session_overview' {config}\n"
-          f"  open {shlex.quote(str(out / 'report.html'))} in a browser")
+          f"  open {shlex.quote(str(out / 'report.html'))} (and team-report.html) in a browser")
+
+
+def team(out: Path, cfg: Path) -> None:
+    """The team part, when PostgreSQL 15 and psycopg are here: this machine and a second
+    generated one ship to a throwaway local cluster; a central query shows both."""
+    import importlib.util
+
+    from . import pgcluster
+
+    if not pgcluster.available() or importlib.util.find_spec("psycopg") is None:
+        print("\n(team ledger part skipped: it needs PostgreSQL 15 and the [central] extra)")
+        return
+    step("The team ledger: two machines ship to one PostgreSQL (a throwaway cluster), queried as one")
+    cluster = pgcluster.Cluster()
+    try:
+        url = cluster.create_database("team").replace(f":{pgcluster.PASSWORD}@", "@")
+        os.environ["PGPASSWORD"] = pgcluster.PASSWORD  # libpq reads it: no password in URLs or output
+        other = synth.generate(out / "machine-b" / "example", 30, seed=11)
+        other_cfg = out / "machine-b" / "agentledger.toml"
+        other_cfg.write_text(f'[store]\npath = "ledger.sqlite"\n[ledger]\nname = "ci-runner"\n'
+                             f'[[iteration_logs]]\npath = "{other.log}"\nrepo = "{other.repo}"\n')
+        agentledger("ingest", "-q", cfg=other_cfg)
+        agentledger("ship", "--central", url, cfg=cfg)
+        agentledger("ship", "--central", url, cfg=other_cfg)
+        agentledger("query", "--central", url, "SELECT ledger, count(*) AS iterations, round(avg(value)::numeric, 3)"
+                    " AS mean, string_agg(DISTINCT rubric_version, ',') AS rubrics FROM latest_scores GROUP BY 1",
+                    cfg=cfg)
+        agentledger("report", "--central", url, "-o", str(out / "team-report.html"), cfg=cfg)
+    finally:
+        cluster.close()
+        os.environ.pop("PGPASSWORD", None)
 
 
 def _command() -> str:
