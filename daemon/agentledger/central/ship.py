@@ -20,14 +20,17 @@ from __future__ import annotations
 import re
 import socket
 import sqlite3
+import uuid
 from dataclasses import dataclass
 
 from ..config import ShipDestination
 from . import schema
 from .connect import CentralError, connect, describe
 
-LOCAL_BATCH = ("SELECT seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
-               " source, source_path, source_position, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+# An imported event keeps the ledger that recorded it first as its origin (event_origins)
+LOCAL_BATCH = ("SELECT e.seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
+               " source, source_path, source_position, payload, o.origin FROM events e"
+               " LEFT JOIN event_origins o ON o.seq = e.seq WHERE e.seq > ? ORDER BY e.seq LIMIT ?")
 # JSONB refuses a NUL character in a string, and a lone surrogate: such payloads keep
 # their exact text (payload_text) and no JSONB. A false alarm only costs the JSONB.
 _UNFIT_FOR_JSONB = re.compile(r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
@@ -36,16 +39,19 @@ _UNFIT_FOR_JSONB = re.compile(r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
 # psycopg's C code writes the rows, no escaping pass over the payloads.
 STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (seq bigint, stream text, type text, schema_version integer,"
            " idempotency_key text, content_hash text, occurred_at text, recorded_at text, source text,"
-           " source_path text, source_position text, payload text, fits_jsonb boolean) ON COMMIT DELETE ROWS;"
+           " source_path text, source_position text, payload text, origin uuid, fits_jsonb boolean)"
+           " ON COMMIT DELETE ROWS;"
            " ALTER TABLE ship_staging ALTER COLUMN payload SET STORAGE EXTERNAL")
 COPY = ("COPY ship_staging (seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
-        " recorded_at, source, source_path, source_position, payload, fits_jsonb) FROM STDIN (FORMAT BINARY)")
-COPY_TYPES = ["int8", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text", "bool"]
+        " recorded_at, source, source_path, source_position, payload, origin, fits_jsonb) FROM STDIN (FORMAT BINARY)")
+COPY_TYPES = ["int8", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text", "uuid",
+              "bool"]
 INSERT = ("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type, schema_version,"
           " content_hash, occurred_at, recorded_at, source, source_path, source_position, payload, payload_text)"
-          " SELECT %(id)s, seq, %(id)s, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
-          " recorded_at::timestamptz, source, source_path, source_position, CASE WHEN fits_jsonb THEN payload::jsonb"
-          " END, CASE WHEN NOT fits_jsonb THEN payload END FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING")
+          " SELECT %(id)s, seq, coalesce(origin, %(id)s), idempotency_key, stream, type, schema_version, content_hash,"
+          " occurred_at, recorded_at::timestamptz, source, source_path, source_position,"
+          " CASE WHEN fits_jsonb THEN payload::jsonb END, CASE WHEN NOT fits_jsonb THEN payload END"
+          " FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING")
 
 PROJECT = (
     # the most recent score of each iteration
@@ -209,7 +215,7 @@ class Shipper:
                 copy.set_types(COPY_TYPES)
                 unfit = _UNFIT_FOR_JSONB.search
                 for r in rows:
-                    copy.write_row((*r, unfit(r[11]) is None))
+                    copy.write_row((*r[:12], r[12] and uuid.UUID(r[12]), unfit(r[11]) is None))
             cur.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host, last_seq) VALUES (%s, %s, %s, %s)"
                         " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host,"
                         " last_shipped_at = now(),"

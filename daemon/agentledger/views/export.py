@@ -25,11 +25,14 @@ SCORE_COLUMNS = ("source", "iteration", "session_id", "task_id", "rubric_version
 
 
 def event_lines(conn: sqlite3.Connection, after: int = 0, types: Iterable[str] = ()) -> Iterator[str]:
-    """Events with ``seq > after`` in order, one JSON object per line (no newline)."""
+    """Events with ``seq > after`` in order, one JSON object per line (no newline). Each
+    names the ledger that recorded it first (``ledger``), so an import keeps it."""
     from ..store.events import rows
 
+    own = conn.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
+    origins = dict(conn.execute("SELECT seq, origin FROM event_origins WHERE seq > ?", (after,)))
     for r in rows(conn, after=after, types=tuple(types)):
-        obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}}
+        obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}, "ledger": origins.get(r["seq"], own)}
         # the stored text, embedded as JSON (not re-serialised: byte-stable across versions)
         yield json.dumps(obj, ensure_ascii=False)[:-1] + _MARK + r["payload"] + "}"
 
@@ -80,6 +83,7 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
 
     read = new = 0
     pending: list[Event] = []
+    own = conn.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
 
     def flush() -> int:
         if not pending:
@@ -88,6 +92,8 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
             projector = Projector(conn)
             projector.prefetch_trials(pending)
             fresh = append_many(conn, pending)
+            conn.executemany("INSERT INTO event_origins (seq, origin) VALUES (?, ?)",
+                             [(ev.seq, ev.extra["origin"]) for ev in fresh if ev.extra.get("origin") not in (None, own)])
             for ev in fresh:
                 projector.apply(ev)
             projector.flush()
@@ -109,7 +115,7 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
                        content_hash=obj["content_hash"], source_path=obj.get("source_path"),
                        source_position=obj.get("source_position"), occurred_at=obj.get("occurred_at"),
                        schema_version=obj["schema_version"], recorded_at=obj["recorded_at"],
-                       extra={"json": stored})
+                       extra={"json": stored, "origin": obj.get("ledger")})
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ImportError_):
                 raise
