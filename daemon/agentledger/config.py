@@ -120,6 +120,7 @@ class ShipDestination:
     url: str
     name: str = ""
     batch: int = 5000  # events per transaction on the server
+    connections: int = 2  # batches in flight at once, each on its own server connection
 
     @property
     def label(self) -> str:
@@ -358,15 +359,19 @@ def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
         raise ConfigError(f"{origin}: ship must be an array of tables ([[ship]])")
     out = []
     for item in items:
-        unknown = sorted(set(item) - {"url", "name", "batch"})
+        unknown = sorted(set(item) - {"url", "name", "batch", "connections"})
         url = item.get("url")
         if unknown or not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch)"
+            raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch,"
+                              " connections)"
                               + (f"; unknown key(s): {', '.join(unknown)}" if unknown else ""))
         batch = item.get("batch", 5000)
         if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 1_000_000:
             raise ConfigError(f"{origin}: [[ship]] batch must be a whole number from 1 to 1000000")
-        out.append(ShipDestination(url, str(item.get("name", "")), batch))
+        connections = item.get("connections", 2)
+        if not isinstance(connections, int) or isinstance(connections, bool) or not 1 <= connections <= 16:
+            raise ConfigError(f"{origin}: [[ship]] connections must be a whole number from 1 to 16")
+        out.append(ShipDestination(url, str(item.get("name", "")), batch, connections))
     labels = [d.label for d in out]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{origin}: two [[ship]] destinations are the same: give them different names")

@@ -17,6 +17,7 @@ arriving after a later one, leaves them as they were.
 
 from __future__ import annotations
 
+import queue
 import re
 import socket
 import sqlite3
@@ -53,6 +54,9 @@ INSERT = ("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_k
           " CASE WHEN fits_jsonb THEN payload::jsonb END, CASE WHEN NOT fits_jsonb THEN payload END"
           " FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING")
 
+# event types that resolve a file's open quarantine (as the local projections do)
+RESOLVING = ["iteration.recorded", "historical.recorded", "hook_outcomes.recorded", "labels.recorded",
+             "artifact.recorded", "file.removed", "annotation.recorded"]
 PROJECT = (
     # the most recent score of each iteration
     """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
@@ -109,23 +113,25 @@ PROJECT = (
            status = excluded.status, passed = excluded.passed, duration_ms = excluded.duration_ms,
            input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, seq = excluded.seq
        WHERE excluded.seq > t.seq""",
-    # quarantine: recorded, then resolved by a later event about the same file
-    """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason)
+    # quarantine: recorded (resolved already if a later event about the same file is on the server),
+    # and earlier open records resolved by this batch's events; the first later event resolves, as locally
+    """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason,
+           resolved_seq)
        SELECT e.ledger_id, e.seq, e.source, e.payload->>'path', e.payload->>'kind', (e.payload->>'line')::integer,
-              (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason'
+              (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason',
+              (SELECT min(r.seq) FROM agentledger.events r
+               WHERE r.ledger_id = e.ledger_id AND r.seq > e.seq AND r.type = ANY(%(resolving)s)
+                 AND r.source = e.source AND coalesce(r.payload->>'file', r.payload->>'path') = e.payload->>'path')
        FROM agentledger.events e
        WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'source.quarantined'
        ON CONFLICT DO NOTHING""",
-    """UPDATE agentledger.quarantine q SET resolved_seq = r.seq
-       FROM (SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') AS path, max(e.seq) AS seq
-             FROM agentledger.events e
-             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s
-               AND e.type IN ('iteration.recorded', 'historical.recorded', 'hook_outcomes.recorded',
-                              'labels.recorded', 'artifact.recorded', 'file.removed', 'annotation.recorded')
-             GROUP BY 1, 2) r
-       WHERE q.ledger_id = %(id)s AND q.source = r.source AND q.path = r.path AND q.resolved_seq IS NULL
-         AND q.seq < r.seq""",
-)
+    """UPDATE agentledger.quarantine q SET resolved_seq = (
+           SELECT min(r.seq) FROM agentledger.events r
+           WHERE r.ledger_id = q.ledger_id AND r.seq > q.seq AND r.type = ANY(%(resolving)s) AND r.source = q.source
+             AND coalesce(r.payload->>'file', r.payload->>'path') = q.path)
+       WHERE q.ledger_id = %(id)s AND q.resolved_seq IS NULL AND (q.source, q.path) IN (
+           SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') FROM agentledger.events e
+           WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = ANY(%(resolving)s))""")
 
 
 @dataclass
@@ -148,7 +154,16 @@ def cursor_of(local: sqlite3.Connection, destination: str) -> int:
 
 
 class Shipper:
-    """Ships one local ledger to one destination; keeps its server connection between passes."""
+    """Ships one local ledger to one destination over ``dest.connections`` server
+    connections, kept between passes.
+
+    Batches are read in seq order here and sent on the connections at once, so the
+    server stages and inserts several batches in parallel. Each transaction then
+    takes a per-ledger advisory lock for its projections and the ledger row: those
+    steps run one batch at a time, in whatever order the batches got there, which
+    the seq rules make come out the same; the quarantine step looks at every later
+    event on the server, so a record and the event that resolves it can arrive in
+    either order. The cursor moves over batches confirmed without a gap."""
 
     def __init__(self, local: sqlite3.Connection, dest: ShipDestination, *, name: str = "") -> None:
         self.local = local
@@ -156,28 +171,36 @@ class Shipper:
         self.ledger_id = ledger_identity(local)
         self.host = socket.gethostname()
         self.name = name or self.host
-        self.pg = None
+        self.pgs: list = []
 
     def close(self) -> None:
-        if self.pg is not None:
+        pgs, self.pgs = self.pgs, []
+        for pg in pgs:
             try:
-                self.pg.close()
-            finally:
-                self.pg = None
+                pg.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
 
-    def _server(self):
-        if self.pg is None or self.pg.closed or self.pg.broken:
-            self.close()
-            pg = connect(self.dest.url)
-            try:
-                schema.migrate(pg)
+    def _servers(self) -> list:
+        """The open connections (made, and the schema brought up to date, when needed)."""
+        if len(self.pgs) == self.dest.connections and not any(pg.closed or pg.broken for pg in self.pgs):
+            return self.pgs
+        self.close()
+        try:
+            for k in range(self.dest.connections):
+                pg = connect(self.dest.url)
+                self.pgs.append(pg)
+                if k == 0:
+                    schema.migrate(pg)
+                    pg.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, %s, %s)"
+                               " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host",
+                               (self.ledger_id, self.name, self.host))
                 pg.execute(STAGING)
                 pg.commit()
-            except BaseException:
-                pg.close()
-                raise
-            self.pg = pg
-        return self.pg
+        except BaseException:
+            self.close()
+            raise
+        return self.pgs
 
     def ship(self, *, max_batches: int | None = None) -> ShipReport:
         """Send every event after the cursor (or ``max_batches`` batches of them).
@@ -187,44 +210,78 @@ class Shipper:
 
         report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
         try:
-            self._server()  # even with nothing to send: a wrong URL or password is said now
-            while max_batches is None or report.batches < max_batches:
-                rows = self.local.execute(LOCAL_BATCH, (report.cursor, self.dest.batch)).fetchall()
-                if not rows:
-                    break
-                report.new += self._send(rows, report.cursor)
-                report.sent += len(rows)
-                report.batches += 1
-                report.cursor = rows[-1][0]
-                with self.local:  # the server has committed: now the cursor may move
-                    self.local.execute("INSERT OR REPLACE INTO ship_cursors (destination, last_seq, shipped_at)"
-                                       " VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-                                       (self.dest.label, report.cursor))
+            free: queue.Queue = queue.Queue()
+            for pg in self._servers():  # even with nothing to send: a wrong URL or password is said now
+                free.put(pg)
+            self._pass(report, free, max_batches)
         except psycopg.Error as exc:
             self.close()
             raise CentralError(f"{self.dest.label}: {describe(exc)}") from None
         report.behind = self.local.execute("SELECT count(*) FROM events WHERE seq > ?", (report.cursor,)).fetchone()[0]
         return report
 
-    def _send(self, rows: list[tuple], after: int) -> int:
-        """One server transaction: stage, insert what is new, project. Returns the new count."""
-        pg = self._server()
-        ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0]}
+    def _pass(self, report: ShipReport, free: queue.Queue, max_batches: int | None) -> None:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        def send(rows: list[tuple], after: int) -> int:
+            pg = free.get()
+            try:
+                return self._send(pg, rows, after)
+            finally:
+                free.put(pg)
+
+        inflight: dict = {}  # future -> (after, last seq, events)
+        done: dict[int, tuple[int, int, int]] = {}  # after -> (last seq, new, events)
+        after, dispatched, failure = report.cursor, 0, None
+        with ThreadPoolExecutor(self.dest.connections, thread_name_prefix="agentledger-ship") as pool:
+            while True:
+                while (failure is None and len(inflight) < self.dest.connections
+                       and (max_batches is None or dispatched < max_batches)):
+                    rows = self.local.execute(LOCAL_BATCH, (after, self.dest.batch)).fetchall()
+                    if not rows:
+                        break
+                    inflight[pool.submit(send, rows, after)] = (after, rows[-1][0], len(rows))
+                    after, dispatched = rows[-1][0], dispatched + 1
+                if not inflight:
+                    break
+                finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    lo, hi, count = inflight.pop(f)
+                    try:
+                        done[lo] = (hi, f.result(), count)
+                    except Exception as exc:  # noqa: BLE001 - the first failure is raised once all are back
+                        failure = failure or exc
+                moved = False
+                while report.cursor in done:  # the server has committed these: now the cursor may move
+                    hi, new, count = done.pop(report.cursor)
+                    report.cursor, report.new, report.sent = hi, report.new + new, report.sent + count
+                    report.batches += 1
+                    moved = True
+                if moved:
+                    with self.local:
+                        self.local.execute("INSERT OR REPLACE INTO ship_cursors (destination, last_seq, shipped_at)"
+                                           " VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                                           (self.dest.label, report.cursor))
+        if failure is not None:
+            raise failure
+
+    def _send(self, pg, rows: list[tuple], after: int) -> int:
+        """One server transaction: stage, insert what is new, then (one batch at a time
+        per ledger) project and note the ledger's progress. Returns the new count."""
+        ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0], "resolving": RESOLVING}
         with pg.transaction(), pg.cursor() as cur:
             with cur.copy(COPY) as copy:
                 copy.set_types(COPY_TYPES)
                 unfit = _UNFIT_FOR_JSONB.search
                 for r in rows:
                     copy.write_row((*r[:12], r[12] and uuid.UUID(r[12]), unfit(r[11]) is None))
-            cur.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host, last_seq) VALUES (%s, %s, %s, %s)"
-                        " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host,"
-                        " last_shipped_at = now(),"
-                        " last_seq = greatest(agentledger.ledgers.last_seq, excluded.last_seq)",
-                        (self.ledger_id, self.name, self.host, ids["hi"]))
             cur.execute(INSERT, ids)
             new = cur.rowcount
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%(id)s::text, 0))", ids)
             for sql in PROJECT:
                 cur.execute(sql, ids)
+            cur.execute("UPDATE agentledger.ledgers SET last_shipped_at = now(), last_seq = greatest(last_seq, %(hi)s)"
+                        " WHERE ledger_id = %(id)s", ids)
         return new
 
 
