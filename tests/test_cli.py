@@ -313,6 +313,13 @@ BAD_ARGUMENTS = [  # (arguments, exit status): 1 nothing there / cannot, 2 a bad
     (["query", "ATTACH DATABASE '{tmp}/x.db' AS x", "--db", "{db}"], 1),
     (["query", "SELEC nonsense", "--db", "{db}"], 1),
     (["ui", "--port", "http", "--db", "{db}"], 2),
+    (["ship", "--db", "{db}"], 2),
+    (["ship", "--central", "mysql://x@y/z", "--db", "{db}"], 2),
+    (["ship", "--central", "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2", "--db", "{tmp}/none.sqlite"], 1),
+    (["central", "frob", "postgresql://x/y"], 2),
+    (["central", "status"], 2),
+    (["query", "--central", "not-a-url", "SELECT 1"], 2),
+    (["report", "--central", "-o", "{tmp}/r.html"], 2),
     (["nosuchcommand"], 2),
     (["--config", "/nonexistent/agentledger.toml", "status"], 2),
 ]
