@@ -74,6 +74,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "last_event": dict(last) if last else None,
         "sources": [_source_status(conn, dict(r)) for r in conn.execute(
             "SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY kind, source")],
+        "ledger_id": one("SELECT ledger_id FROM ledger_identity"),
+        "shipping": _shipping_status(conn, cfg),
     }
     conn.close()
     if args.json:
@@ -111,7 +113,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             for f in s["tailed"]:
                 if f["lag_bytes"]:
                     print(f"                {f['path']}: offset {f['offset']}, {f['lag_bytes']} bytes behind")
+    for d in data["shipping"]:
+        print(f"shipped to    {d['destination']}  (up to #{d['cursor']}, {d['behind']} events behind"
+              + (f", last at {d['shipped_at']})" if d["shipped_at"] else "; never yet)"))
     return EXIT_OK
+
+
+def _shipping_status(conn, cfg) -> list[dict]:
+    """Per team ledger (configured, or shipped to before): how far this ledger got there."""
+    cursors = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT destination, last_seq, shipped_at FROM ship_cursors")}
+    names = list(dict.fromkeys([d.label for d in cfg.ship] + list(cursors)))
+    out = []
+    for name in names:
+        cursor, at = cursors.get(name, (0, None))
+        behind = conn.execute("SELECT count(*) FROM events WHERE seq > ?", (cursor,)).fetchone()[0]
+        out.append({"destination": name, "cursor": cursor, "behind": behind, "shipped_at": at})
+    return out
 
 
 def _source_status(conn, src: dict) -> dict:
