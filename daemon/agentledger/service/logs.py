@@ -18,8 +18,6 @@ import structlog
 _PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
-
-
 class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

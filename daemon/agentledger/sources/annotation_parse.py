@@ -52,22 +52,6 @@ _H1 = re.compile(r"^# (.+?)\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _jsonable(value: Any, budget: list[int]) -> Any:
     """YAML 1.1 values (dates, timestamps, non-finite floats) as JSON-safe ones.
     ``budget`` counts values visited: aliases make a small text a huge tree."""
@@ -293,21 +277,7 @@ def _rest(ln: FlowLine, rest: str, ascii_markers: bool) -> bool:
 # -- tables -------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 # -- derived fields -------------------------------------------------------------------------------
-
-
 
 
 # -- the document ------------------------------------------------------------------------------------

@@ -78,8 +78,6 @@ def _fields(pairs: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-
-
 def _str(value: Any) -> str:
     if value is None:
         return ""

@@ -69,12 +69,6 @@ class Touched:
             self.transcript_times.setdefault(k, []).extend(v)
 
 
-
-
-
-
-
-
 class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
     """Folds events into the projection tables; handlers are ``_<event type>`` (the
     vally, session and annotation ones in their own modules)."""
@@ -150,7 +144,6 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
     def _iterations_of_file(self, source: str, file: str) -> set[int]:
         return {r[0] for r in self.conn.execute(
             "SELECT iteration FROM record_files WHERE source = ? AND file = ?", (source, file))}
-
 
     def _refresh_iteration(self, source: str, iteration: int) -> None:
         """Re-derive the effective record of one iteration from record_files."""
@@ -289,13 +282,6 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
         )
         self._mark_sessions_of(ev.source, p["iteration"], p["rubric_version"])
 
-
-
-
-
-
-
-
     def _transcript_turns(self, ev: Event, p: dict[str, Any]) -> None:
         self.touched.transcript_times.setdefault(ev.source, []).extend(f[1] for f in p["facts"])
         if p.get("superseded"):  # an open last line that continued: its old fact no longer stands
@@ -316,17 +302,6 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
                 "SELECT ts_ns FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))]
             self.touched.transcript_times.setdefault(ev.source, []).extend(times)
             self.conn.execute("DELETE FROM transcript_facts WHERE source = ? AND file = ?", (ev.source, p["path"]))
-
-
-
-
-
-
-
-
-
-
-
 
 
 def rebuild(conn: sqlite3.Connection, progress=None) -> int:

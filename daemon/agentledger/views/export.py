@@ -59,7 +59,6 @@ class ImportError_(ValueError):
     pass
 
 
-
 def _payload_text(line: str, payload: object) -> str:
     """The payload's text as it was stored: ``event_lines`` writes it verbatim as the
     last member, after a header whose strings cannot hold an unescaped quote."""

@@ -196,7 +196,7 @@ def render(d: Data, *, generated_at: str, ledger: str) -> str:
             [("claimed", 1.0, [charts.Bar(r[2], f"{r[2]:.3f}") for r in d.integrity]),
              ("observed", 1.0, [charts.Bar(r[3], f"{r[3]:.3f} ({r[4]} pairs)") for r in d.integrity])])),
     ]
-    for group, rows in d.groups.items():
+    for group, rows in reversed(d.groups.items()):  # after the sessions: by machine, then by repository
         sections.insert(2, (f"By {group}", group_chart(group, rows, d.band_names)))
     if d.pass_rates:
         sections.append(("Eval pass rate", pass_rate_chart(d.pass_rates)))
