@@ -116,6 +116,13 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
         assert f'<figure id="{chart}">' in html, chart
     machines = html.split('<figure id="by-machine">', 1)[1].split("</figure>", 1)[0]
     assert all(f">box-{k}<" in machines for k in range(3)) and "agentledger team report" in html
+    # as the README writes it: the one [[ship]] entry of the config, the SQL right after --central
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{dbs[0]}"\n[[ship]]\nurl = "{url}"\n')
+    for argv in (["query", "--central", "SELECT count(*) AS n FROM latest_scores"],
+                 ["query", "SELECT count(*) AS n FROM latest_scores", "--central"]):
+        code, out, err = run_cli(*argv, "--config", str(cfg), "--json")
+        assert code == 0 and json.loads(out) == [{"n": 750}], (argv, err)
 
 
 def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, tmp_path: Path) -> None:

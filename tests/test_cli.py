@@ -319,6 +319,7 @@ BAD_ARGUMENTS = [  # (arguments, exit status): 1 nothing there / cannot, 2 a bad
     (["central", "frob", "postgresql://x/y"], 2),
     (["central", "status"], 2),
     (["query", "--central", "not-a-url", "SELECT 1"], 2),
+    (["query", "--db", "{db}"], 2),
     (["report", "--central", "-o", "{tmp}/r.html"], 2),
     (["nosuchcommand"], 2),
     (["--config", "/nonexistent/agentledger.toml", "status"], 2),

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, Failure, count, print_rows, read_only, table
+from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, count, print_rows, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -37,7 +37,7 @@ def add_commands(cmd) -> None:
     p.set_defaults(func=cmd_runs)
 
     p = cmd("query", "Run one SQL query on a read-only connection to the ledger.")
-    p.add_argument("sql")
+    p.add_argument("sql", nargs="?", help="the query (with --central and no URL: right after --central is fine)")
     p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="a named parameter: -p since 2026-01-01 for :since in the SQL (repeatable)")
     fmt = p.add_mutually_exclusive_group()
@@ -191,6 +191,10 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    if args.sql is None and args.central and not args.central.startswith(("postgresql://", "postgres://")):
+        args.sql, args.central = args.central, ""  # `query --central "SQL"`: argparse gave the SQL to --central
+    if not args.sql:
+        raise UsageError("query needs the SQL to run")
     if args.central is not None:
         from ..central import read as central
         from .team import destination
