@@ -13,7 +13,9 @@ __all__ = ["BIN", "Cluster", "Proxy", "available"]
 class Proxy:
     """A TCP forwarder in front of the cluster, to make the network misbehave: in
     "blackhole" mode it accepts connections and never answers (a dead route: the
-    client's connect_timeout fires), and switching modes drops every open connection."""
+    client's connect_timeout fires); in "freeze" mode the open connections stay open
+    and stop moving bytes (a peer gone silent mid-transaction). Switching to
+    "forward" or "blackhole" drops every open connection."""
 
     def __init__(self, target_port: int) -> None:
         import threading
@@ -53,10 +55,16 @@ class Proxy:
             self._spawn(self._pump, client, upstream)
             self._spawn(self._pump, upstream, client)
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        import time
+
         try:
-            while data := src.recv(65536):
+            while True:
+                while self.mode == "freeze":
+                    time.sleep(0.02)
+                data = src.recv(65536)
+                if not data:
+                    break
                 dst.sendall(data)
         except OSError:
             pass
@@ -78,7 +86,8 @@ class Proxy:
             self.open.clear()
 
     def set(self, mode: str) -> None:
-        self._drop()
+        if mode != "freeze":
+            self._drop()
         self.mode = mode
 
     def url(self, db: str, **params: str) -> str:

@@ -383,3 +383,49 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     with psycopg.connect(url) as c:
         assert c.execute("SELECT count(*) FROM agentledger.score_latest WHERE ledger_id = %s",
                          (ledger_id(b),)).fetchone()[0] == 40
+
+
+def test_a_pass_stalled_by_a_silent_peer_is_cut_off_and_retried(pg, tmp_path: Path) -> None:
+    """The route goes silent mid-pass (connections stay open, no byte moves): after
+    stall_seconds without a confirmed batch the pass ends with one line, exit 1, the
+    cursor where the server left it; once the route works, the next pass completes."""
+    from .pgcluster import Proxy
+
+    pg.create_database("stall")
+    proxy = Proxy(pg.port)
+    try:
+        db, _ = machine(tmp_path / "m", 400, extras=True)
+        url = proxy.url("stall")
+        cfg = tmp_path / "agentledger.toml"
+        cfg.write_text(f'[store]\npath = "{db}"\n[[ship]]\nurl = "{url}"\nbatch = 10\nstall_seconds = 2\n')
+        proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ship", "--config", str(cfg)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        def arriving() -> bool:
+            try:
+                return len(central_events(pg.url("stall"), ledger_id(db))) > 0
+            except Exception:  # noqa: BLE001 - the schema is not there yet
+                return False
+
+        assert wait_until(lambda: proc.poll() is not None or arriving(), timeout=60, interval=0.005)
+        proxy.set("freeze")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1 and err.count("\n") == 1 and "no progress for 2 s" in err, err
+        proxy.set("forward")
+        assert ship(url, db, "--config", str(cfg)).returncode == 0
+        assert_exactly_the_union(pg.url("stall"), [db])
+    finally:
+        proxy.close()
+
+
+def test_connections_give_up_on_a_silent_peer(pg) -> None:
+    """Keepalives and a TCP user timeout are set unless the URL sets them (a vanished
+    peer would otherwise hold the shipping thread for hours)."""
+    from agentledger.central.connect import connect
+
+    pg.create_database("tcp")
+    url = pg.url("tcp", tcp=True)
+    with connect(url) as conn:
+        params = conn.info.get_parameters()
+        assert params.get("keepalives") == "1" and params.get("tcp_user_timeout") == "60000", params
+    with connect(url + "?tcp_user_timeout=5000") as conn:
+        assert conn.info.get_parameters().get("tcp_user_timeout") == "5000"

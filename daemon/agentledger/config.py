@@ -121,6 +121,7 @@ class ShipDestination:
     name: str = ""
     batch: int = 5000  # events per transaction on the server
     connections: int = 2  # batches in flight at once, each on its own server connection
+    stall_seconds: int = 120  # a pass that confirms no batch for this long is cut off and retried
 
     @property
     def label(self) -> str:
@@ -359,11 +360,11 @@ def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
         raise ConfigError(f"{origin}: ship must be an array of tables ([[ship]])")
     out = []
     for item in items:
-        unknown = sorted(set(item) - {"url", "name", "batch", "connections"})
+        unknown = sorted(set(item) - {"url", "name", "batch", "connections", "stall_seconds"})
         url = item.get("url")
         if unknown or not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch,"
-                              " connections)"
+                              " connections, stall_seconds)"
                               + (f"; unknown key(s): {', '.join(unknown)}" if unknown else ""))
         batch = item.get("batch", 5000)
         if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 1_000_000:
@@ -371,7 +372,10 @@ def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
         connections = item.get("connections", 2)
         if not isinstance(connections, int) or isinstance(connections, bool) or not 1 <= connections <= 16:
             raise ConfigError(f"{origin}: [[ship]] connections must be a whole number from 1 to 16")
-        out.append(ShipDestination(url, str(item.get("name", "")), batch, connections))
+        stall = item.get("stall_seconds", 120)
+        if not isinstance(stall, int) or isinstance(stall, bool) or not 1 <= stall <= 86400:
+            raise ConfigError(f"{origin}: [[ship]] stall_seconds must be a whole number from 1 to 86400")
+        out.append(ShipDestination(url, str(item.get("name", "")), batch, connections, stall))
     labels = [d.label for d in out]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{origin}: two [[ship]] destinations are the same: give them different names")

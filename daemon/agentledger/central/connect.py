@@ -10,6 +10,12 @@ from __future__ import annotations
 from ..config import redact_url
 
 CONNECT_TIMEOUT = 10  # seconds, unless the URL says otherwise
+# Over TCP, a peer that vanished mid-transaction (a dead route, a dropped NAT entry) would
+# otherwise hold the shipping thread until the kernel gives up, hours later: keepalive
+# probes after 30 s of silence, and data unacknowledged for 60 s ends the connection (the
+# shipper then backs off and reconnects). The URL may set any of these itself.
+TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                "tcp_user_timeout": 60_000}
 
 
 class CentralError(RuntimeError):
@@ -29,9 +35,10 @@ def connect(url: str, *, autocommit: bool = False, application: str = "agentledg
         raise CentralError("the team ledger needs psycopg: pip install 'agentledger[central]'")
     import psycopg
 
-    kwargs = {"autocommit": autocommit, "application_name": application}
-    if "connect_timeout" not in url:
-        kwargs["connect_timeout"] = CONNECT_TIMEOUT
+    kwargs: dict = {"autocommit": autocommit, "application_name": application}
+    for name, value in {"connect_timeout": CONNECT_TIMEOUT, **TCP_DEFAULTS}.items():
+        if name not in url:
+            kwargs[name] = value
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:

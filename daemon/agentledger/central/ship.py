@@ -17,10 +17,13 @@ arriving after a later one, leaves them as they were.
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import socket
 import sqlite3
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -172,6 +175,8 @@ class Shipper:
         self.host = socket.gethostname()
         self.name = name or self.host
         self.pgs: list = []
+        self.progress_at = time.monotonic()  # when a batch was last confirmed (see _watch_stall)
+        self.stalled = False
 
     def close(self) -> None:
         pgs, self.pgs = self.pgs, []
@@ -209,6 +214,10 @@ class Shipper:
         import psycopg
 
         report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
+        self.progress_at = time.monotonic()
+        done = threading.Event()
+        watch = threading.Thread(target=self._watch_stall, args=(done,), name="agentledger-ship-stall", daemon=True)
+        watch.start()
         try:
             free: queue.Queue = queue.Queue()
             for pg in self._servers():  # even with nothing to send: a wrong URL or password is said now
@@ -216,9 +225,30 @@ class Shipper:
             self._pass(report, free, max_batches)
         except psycopg.Error as exc:
             self.close()
-            raise CentralError(f"{self.dest.label}: {describe(exc)}") from None
+            reason = "no progress for %d s (a silent server or route)" % self.dest.stall_seconds if self.stalled \
+                else describe(exc)
+            raise CentralError(f"{self.dest.label}: {reason}") from None
+        finally:
+            done.set()
+            watch.join()
         report.behind = self.local.execute("SELECT count(*) FROM events WHERE seq > ?", (report.cursor,)).fetchone()[0]
         return report
+
+    def _watch_stall(self, done: threading.Event) -> None:
+        """A server or route that goes silent mid-transaction (accepts, then never
+        answers) would hold a pass forever: once no batch has been confirmed for
+        ``stall_seconds``, shut the connections' sockets down, so that the blocked
+        call fails, the pass ends with an error, and the caller retries later."""
+        self.stalled = False
+        while not done.wait(1.0):
+            if time.monotonic() - self.progress_at > self.dest.stall_seconds:
+                self.stalled = True
+                for pg in list(self.pgs):
+                    try:
+                        socket.socket(fileno=os.dup(pg.fileno())).shutdown(socket.SHUT_RDWR)
+                    except Exception:  # noqa: BLE001 - a connection already closed or broken
+                        pass
+                return
 
     def _pass(self, report: ShipReport, free: queue.Queue, max_batches: int | None) -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -256,6 +286,7 @@ class Shipper:
                     hi, new, count = done.pop(report.cursor)
                     report.cursor, report.new, report.sent = hi, report.new + new, report.sent + count
                     report.batches += 1
+                    self.progress_at = time.monotonic()
                     moved = True
                 if moved:
                     with self.local:
