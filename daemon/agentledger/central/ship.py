@@ -214,7 +214,7 @@ class Shipper:
         import psycopg
 
         report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
-        self.progress_at = time.monotonic()
+        self.progress_at, self.stalled = time.monotonic(), False
         done = threading.Event()
         watch = threading.Thread(target=self._watch_stall, args=(done,), name="agentledger-ship-stall", daemon=True)
         watch.start()
@@ -225,8 +225,8 @@ class Shipper:
             self._pass(report, free, max_batches)
         except psycopg.Error as exc:
             self.close()
-            reason = "no progress for %d s (a silent server or route)" % self.dest.stall_seconds if self.stalled \
-                else describe(exc)
+            reason = (f"no progress for {self.dest.stall_seconds} s (a silent server or route)" if self.stalled
+                      else describe(exc))
             raise CentralError(f"{self.dest.label}: {reason}") from None
         finally:
             done.set()
@@ -239,7 +239,6 @@ class Shipper:
         answers) would hold a pass forever: once no batch has been confirmed for
         ``stall_seconds``, shut the connections' sockets down, so that the blocked
         call fails, the pass ends with an error, and the caller retries later."""
-        self.stalled = False
         while not done.wait(1.0):
             if time.monotonic() - self.progress_at > self.dest.stall_seconds:
                 self.stalled = True
