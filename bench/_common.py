@@ -16,3 +16,10 @@ def run(cmd: list[str]) -> tuple[float, int]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return time.perf_counter() - t, usage.ru_maxrss
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (0–100), interpolated as the report's charts do."""
+    from agentledger.views.stats import quantile
+
+    return quantile(sorted(values), p / 100)

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import pct
 from agentledger.example import synth
 
 T0 = 1_760_000_000
@@ -52,11 +53,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def wait_for(pred, timeout: float = 30.0) -> float:

@@ -29,7 +29,6 @@ import os
 import shutil
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,13 +36,8 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import run  # noqa: E402
-from agentledger.example import (
-    pgcluster,  # noqa: E402
-    synth,  # noqa: E402
-)
+from _common import pct, run
+from agentledger.example import pgcluster, synth
 
 CLI = [sys.executable, "-m", "agentledger"]
 
@@ -75,10 +69,6 @@ def copy_of(base: Path, dst: Path, events: int) -> int:
                 " ORDER BY seq LIMIT ?", (events - have,))
             have = c.execute("SELECT count(*) FROM events").fetchone()[0]
         return have
-
-
-def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
 def throughput_and_query(cluster: pgcluster.Cluster, root: Path, args) -> None:

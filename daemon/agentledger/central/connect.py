@@ -7,6 +7,9 @@ server by its URL with the password replaced (``config.redact_url``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ..config import redact_url
 
 CONNECT_TIMEOUT = 10  # seconds, unless the URL says otherwise
@@ -43,6 +46,25 @@ def connect(url: str, *, autocommit: bool = False, application: str = "agentledg
         return psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:
         raise CentralError(f"{redact_url(url)}: {describe(exc)}") from None
+
+
+@contextmanager
+def session(url: str, *, label: str = "", read_only: bool = False) -> Iterator:
+    """A connection for one command: committed and closed at the end; any server error
+    on the way becomes a CentralError naming ``label`` (default: the URL without
+    password)."""
+    pg = connect(url)
+    import psycopg
+
+    try:
+        if read_only:
+            pg.read_only = True
+        yield pg
+        pg.commit()
+    except psycopg.Error as exc:
+        raise CentralError(f"{label or redact_url(url)}: {describe(exc)}") from None
+    finally:
+        pg.close()
 
 
 def describe(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .connect import CentralError, connect, describe
+from .connect import CentralError, describe, session
 
 __all__ = ["CentralError", "QueryError", "query"]
 
@@ -35,8 +35,7 @@ def to_pyformat(sql: str) -> str:
 def query(url: str, sql: str, params: dict[str, str]) -> tuple[list[str], list[tuple]]:
     import psycopg
 
-    with connect(url) as pg:
-        pg.read_only = True
+    with session(url, read_only=True) as pg:
         try:
             pg.execute("SET search_path = agentledger, public")
             cur = pg.execute(to_pyformat(sql) if params else sql, params or None)

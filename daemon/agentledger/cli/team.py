@@ -74,12 +74,8 @@ def cmd_central(args: argparse.Namespace) -> int:
     from ..central import connect, schema
 
     dest = destination(args, args.url)
-    if not connect.available():
-        raise Failure("the team ledger needs psycopg: pip install 'agentledger[central]'")
-    import psycopg
-
     try:
-        with connect.connect(dest.url) as pg:
+        with connect.session(dest.url, label=dest.label) as pg:
             if args.action == "init":
                 applied = schema.migrate(pg)
                 version = schema.current_version(pg)
@@ -98,7 +94,5 @@ def cmd_central(args: argparse.Namespace) -> int:
                     for r in rows])
     except connect.CentralError as exc:
         raise Failure(str(exc)) from None
-    except psycopg.Error as exc:
-        raise Failure(f"{dest.label}: {connect.describe(exc)}") from None
     print(json.dumps(result, indent=2) if args.json else text)
     return EXIT_OK

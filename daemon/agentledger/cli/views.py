@@ -135,15 +135,10 @@ def _team_data(args: argparse.Namespace, since: str | None):
 
     dest = destination(args, args.central)
     try:
-        with connect.connect(dest.url) as pg:
-            pg.read_only = True
+        with connect.session(dest.url, label=dest.label, read_only=True) as pg:
             return team.gather(pg, since=since, session=args.session), dest.label
     except connect.CentralError as exc:
         raise Failure(str(exc)) from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("psycopg"):  # a query the server refused: one line
-            raise Failure(f"{dest.label}: {connect.describe(exc)}") from None
-        raise
 
 
 def _local_data(args: argparse.Namespace, since: str | None):

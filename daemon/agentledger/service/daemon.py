@@ -201,7 +201,7 @@ class Daemon:
             self.failures = 0
         except Exception as exc:  # noqa: BLE001 - the daemon must outlive any one failure
             self.failures += 1
-            delay = min(60.0, 0.5 * 2 ** (self.failures - 1))
+            delay = backoff(self.failures)
             self.retry_at = time.monotonic() + delay
             log.error("step failed; will retry", step=what, error=f"{type(exc).__name__}: {exc}",
                       retry_in_s=delay, failures=self.failures,
@@ -331,6 +331,11 @@ def log_limits(cfg: Config) -> None:
         except (OSError, ValueError):
             pass
     log.info("starting", inotify=limits, force_polling=cfg.daemon.force_polling, pid=os.getpid())
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait after the ``failures``-th failure in a row: 0.5 s doubling to 60 s."""
+    return min(60.0, 0.5 * 2 ** (failures - 1))
 
 
 def _under(p: Path, root: Path) -> bool:

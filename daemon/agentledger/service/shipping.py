@@ -35,7 +35,6 @@ class _State:
     failures: int = 0
     retry_at: float = 0.0
     down_since: float | None = None
-    shipped: int = 0  # events confirmed since the daemon started
 
 
 class ShipLoop:
@@ -92,22 +91,20 @@ class ShipLoop:
             if st.shipper is None:
                 st.shipper = Shipper(conn, st.dest, name=self.cfg.ledger.name)
             report = st.shipper.ship(max_batches=BATCHES_PER_TURN)  # type: ignore[attr-defined]
-        except CentralError as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing here may end the daemon
+            from .daemon import backoff
+
             st.failures += 1
-            delay = min(60.0, 0.5 * 2 ** (st.failures - 1))
+            delay = backoff(st.failures)
             st.retry_at = time.monotonic() + delay
-            if st.down_since is None:
+            if not isinstance(exc, CentralError):  # a bug, not the server: its traceback once
+                log.error("shipping failed; will retry", destination=st.dest.label,
+                          error=f"{type(exc).__name__}: {exc}", retry_in_s=delay, exc_info=st.failures == 1)
+            elif st.down_since is None:
                 st.down_since = time.monotonic()
                 log.warning("team ledger unreachable; shipping later", destination=st.dest.label,
                             error=str(exc).removeprefix(f"{st.dest.label}: "), retry_in_s=delay)
             return False
-        except Exception as exc:  # noqa: BLE001 - a bug here must not end the daemon
-            st.failures += 1
-            st.retry_at = time.monotonic() + min(60.0, 0.5 * 2 ** (st.failures - 1))
-            log.error("shipping failed; will retry", destination=st.dest.label, error=f"{type(exc).__name__}: {exc}",
-                      exc_info=st.failures == 1)
-            return False
-        st.shipped += report.sent
         if st.down_since is not None:
             log.info("team ledger reachable again", destination=st.dest.label,
                      down_s=round(time.monotonic() - st.down_since, 1), failures=st.failures)
