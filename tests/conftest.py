@@ -191,7 +191,7 @@ def leftover_temp_dirs() -> set[str]:
     for p in Path(tempfile.gettempdir()).iterdir():
         if not p.name.startswith(("agentledger-pool-", "agentledger-ui-", "agentledger-eacces-", "agentledger-pg-")):
             continue
-        pid = p.name.removeprefix("agentledger-pool-").partition("-")[0]
+        pid = p.name.removeprefix("agentledger-pool-").removeprefix("agentledger-pg-").partition("-")[0]
         try:
             alive = pid.isdigit() and lifetime.owner_alive(int(pid), p.stat().st_mtime)
         except OSError:

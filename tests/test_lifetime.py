@@ -91,7 +91,8 @@ def test_the_daemon_removes_dead_writers_temp_files_at_start(tmp_path: Path) -> 
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: not stale.exists() and (gen.log / "iter-4.score.yaml").exists(), 60)
-        assert not list(gen.log.glob(".agentledger-*"))
+        # the daemon's own writes may still be in flight (a session sidecar): none stays
+        assert wait_until(lambda: not list(gen.log.glob(".agentledger-*")), 30)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -43,7 +43,9 @@ class Cluster:
         """``durable``: PostgreSQL's default fsync behaviour (benchmarks); tests turn
         fsync off, which changes nothing they check."""
         self.durable = durable
-        self.dir = Path(tempfile.mkdtemp(prefix="agentledger-pg-"))
+        # named after this process, so a leftover check can tell a live run's cluster
+        # (another test run beside this one) from a killed one's
+        self.dir = Path(tempfile.mkdtemp(prefix=f"agentledger-pg-{os.getpid()}-"))
         self.data = self.dir / "data"
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None

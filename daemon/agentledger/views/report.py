@@ -166,7 +166,8 @@ def render(d: Data, *, generated_at: str, ledger: str) -> str:
            if len(sessions) > len(shown) else "")
     sections = [
         ("Score trend", charts.trend(
-            "trend-overall", "Every iteration as first scored: rolling mean with its 10th–90th percentile band",
+            "trend-overall", ("Every iteration's current score, in the order scored" if d.groups else
+                              "Every iteration as first scored") + ": rolling mean with its 10th–90th percentile band",
             [p[:3] for p in d.first_scores], d.bands, d.boundaries)),
     ]
     if d.session:
