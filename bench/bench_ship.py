@@ -1,17 +1,20 @@
 """Team-ledger benchmarks (issue #15). Prints figures; asserts nothing.
 
     python bench/bench_ship.py [--ledgers 20] [--iterations 5000] [--events-per-ledger 50000]
-                               [--closes 50] [--runs 30]
+                               [--catch-up 1000000] [--at-once 2] [--closes 50] [--runs 30]
 
 Starts a throwaway PostgreSQL 15 cluster (agentledger.example.pgcluster, PostgreSQL's default
-durability: fsync on) on this machine and, over its unix socket:
+settings and durability: fsync on) on this machine and, over its unix socket:
 
-* throughput: ``--ledgers`` ledgers, each a copy of one generated ledger
-  (``--iterations`` iterations scored under 2.1.0 and backfilled to 3.0.0, with
-  its own ledger id) padded to ``--events-per-ledger`` events with copies of its
-  side-file events (new idempotency keys), are shipped one after another by
-  ``agentledger ship`` (the real command): events/s and MB/s over all of them,
-  peak RSS of one ship process;
+* a team: ``--ledgers`` ledgers, each a copy of one generated ledger (``--iterations``
+  iterations scored under 2.1.0 and backfilled to 3.0.0) with its own id, padded to
+  ``--events-per-ledger`` events with copies of its side-file events (new idempotency
+  keys), shipped by one ``agentledger ship`` (the real command) each, ``--at-once`` of
+  them at a time (machines ship side by side; here their clients share the server's
+  cores): events/s overall;
+* one machine's catch-up: one such ledger followed by copies of all its events up to
+  ``--catch-up`` events (the same mix), shipped by one ``agentledger ship``: events/s,
+  MB/s, and the process's RSS sampled through the pass;
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
   each band's count) and "the 50 newest scores across the team" on the result
   (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):
@@ -51,45 +54,92 @@ def base_ledger(root: Path, iterations: int) -> tuple[Path, synth.Generated]:
     return db, gen
 
 
+SIDE_FILES = "type IN ('hook_outcomes.recorded', 'labels.recorded', 'artifact.recorded')"
+
+
 def copy_of(base: Path, dst: Path, events: int) -> int:
-    """``base`` with a new ledger id, padded with copies of its side-file events to ``events``."""
+    """``base`` with a new ledger id, padded to ``events`` with copies of its side-file events."""
     shutil.copy(base, dst)
     with sqlite3.connect(dst) as c:
         c.execute("UPDATE ledger_identity SET ledger_id = ?", (str(uuid.uuid4()),))
+    return pad(dst, events, SIDE_FILES)
+
+
+def pad(db: Path, events: int, which: str) -> int:
+    """Copies (new idempotency keys) of the ledger's events that match ``which``, in
+    order, until it holds ``events``."""
+    with sqlite3.connect(db) as c:
         have = c.execute("SELECT count(*) FROM events").fetchone()[0]
-        k = 0
+        last = c.execute("SELECT max(seq) FROM events").fetchone()[0]
         while have < events:
-            k += 1
             c.execute(
                 "INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
                 " recorded_at, source, source_path, source_position, payload)"
                 " SELECT stream, type, schema_version, lower(hex(randomblob(16))), content_hash, occurred_at,"
-                " recorded_at, source, source_path, source_position, payload FROM events"
-                " WHERE type IN ('hook_outcomes.recorded', 'labels.recorded', 'artifact.recorded')"
-                " ORDER BY seq LIMIT ?", (events - have,))
+                f" recorded_at, source, source_path, source_position, payload FROM events"
+                f" WHERE seq <= ? AND {which} ORDER BY seq LIMIT ?", (last, events - have))
             have = c.execute("SELECT count(*) FROM events").fetchone()[0]
         return have
 
 
-def throughput_and_query(cluster: pgcluster.Cluster, root: Path, args) -> None:
+def payload_mb(ledgers: list[Path]) -> float:
+    return sum(sqlite3.connect(p).execute("SELECT sum(length(payload)) FROM events").fetchone()[0]
+               for p in ledgers) / 1e6
+
+
+def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
+    """One ledger's whole backlog in one ``agentledger ship``, its RSS sampled as it goes."""
+    db = root / "catch-up.sqlite"
+    copy_of(base, db, args.events_per_ledger)  # a team ledger (below), then copies of it: the same mix
+    total = pad(db, args.catch_up, "1")
+    mb = payload_mb([db])
+    url = cluster.create_database("catchup")
+    os.sync()  # the ledger's pages on disk, as a machine's would be, not being written back meanwhile
+    t = time.perf_counter()
+    proc = subprocess.Popen([*CLI, "ship", "--central", url, "--db", str(db), "-q"])
+    samples = []  # (seconds, RSS MiB)
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        try:
+            rss = next(int(line.split()[1]) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                       if line.startswith("VmRSS:"))
+            samples.append((time.perf_counter() - t, rss / 1024))
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.25)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit("ship failed")
+    at = {q: min(samples, key=lambda s: abs(s[0] - wall * q / 4))[1] for q in (1, 2, 3, 4)}
+    print(f"catch-up: one ledger of {total:,} events ({mb:,.0f} MB of payloads) in one ship: {wall:.1f} s ="
+          f" {total / wall:,.0f} events/s, {mb / wall:,.1f} MB/s; RSS at 1/4, 1/2, 3/4 and the end of the pass:"
+          f" {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {usage.ru_maxrss / 1024:.0f} MB")
+    db.unlink()
+
+
+def team_and_query(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     import psycopg
 
-    t = time.perf_counter()
-    base, _ = base_ledger(root, args.iterations)
     ledgers = [root / f"ledger-{i:02d}.sqlite" for i in range(args.ledgers)]
     total = sum(copy_of(base, p, args.events_per_ledger) for p in ledgers)
-    payload_mb = sum(sqlite3.connect(p).execute("SELECT sum(length(payload)) FROM events").fetchone()[0]
-                     for p in ledgers) / 1e6
-    print(f"setup: {args.ledgers} ledgers, {total:,} events, {payload_mb:,.0f} MB of payloads "
-          f"({payload_mb * 1e6 / total:,.0f} bytes an event) in {time.perf_counter() - t:.0f} s")
+    mb = payload_mb(ledgers)
+    print(f"team: {args.ledgers} ledgers, {total:,} events, {mb:,.0f} MB of payloads ({mb * 1e6 / total:,.0f} bytes"
+          f" an event)")
     url = cluster.create_database("bench")
-    wall, peak = 0.0, 0
-    for p in ledgers:
-        seconds, rss = run([*CLI, "ship", "--central", url, "--db", str(p), "-q"])
-        wall += seconds
-        peak = max(peak, rss)
-    print(f"ship: {total:,} events in {wall:.1f} s = {total / wall:,.0f} events/s, {payload_mb / wall:,.1f} MB/s;"
-          f" peak RSS of one ship process {peak / 1024:.0f} MB")
+    os.sync()
+    t = time.perf_counter()
+    with ThreadPoolExecutor(args.at_once) as pool:
+        peak = max(rss for _, rss in pool.map(
+            lambda p: run([*CLI, "ship", "--central", url, "--db", str(p), "-q"]), ledgers))
+    wall = time.perf_counter() - t
+    print(f"team: {total:,} events from {args.ledgers} ledgers, {args.at_once} ship processes at a time, in"
+          f" {wall:.1f} s = {total / wall:,.0f} events/s, {mb / wall:,.1f} MB/s; peak RSS of one ship process"
+          f" {peak / 1024:.0f} MB")
     with psycopg.connect(url) as pg:
         pg.execute("SET search_path = agentledger")
         pg.execute("ANALYZE")
@@ -175,9 +225,11 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=20)
     ap.add_argument("--iterations", type=int, default=5000)
     ap.add_argument("--events-per-ledger", type=int, default=50_000)
+    ap.add_argument("--catch-up", type=int, default=1_000_000)
+    ap.add_argument("--at-once", type=int, default=2)
     ap.add_argument("--closes", type=int, default=50)
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--skip", choices=("throughput", "lag"), action="append", default=[])
+    ap.add_argument("--skip", choices=("catch-up", "team", "lag"), action="append", default=[])
     args = ap.parse_args()
     if not pgcluster.available():
         raise SystemExit(f"needs PostgreSQL 15 server binaries in {pgcluster.BIN}")
@@ -186,8 +238,14 @@ def main() -> None:
     cluster = pgcluster.Cluster(durable=True)
     try:
         print(f"PostgreSQL {cluster.dir} (fsync on), {os.cpu_count()} cores")
-        if "throughput" not in args.skip:
-            throughput_and_query(cluster, root, args)
+        if {"catch-up", "team"} - set(args.skip):
+            t = time.perf_counter()
+            base, _ = base_ledger(root, args.iterations)
+            print(f"setup: a generated ledger of {args.iterations:,} iterations in {time.perf_counter() - t:.0f} s")
+            if "catch-up" not in args.skip:
+                catch_up(cluster, base, root, args)
+            if "team" not in args.skip:
+                team_and_query(cluster, base, root, args)
         if "lag" not in args.skip:
             lag(cluster, root, args)
     finally:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 from agentledger.example import synth
@@ -29,7 +30,11 @@ def machine(root: Path, n: int, *, seed: int = 7, extras: bool = False) -> tuple
     if extras:
         runs = root / "vally" / "run-a"
         runs.mkdir(parents=True)
-        (runs / "results.jsonl").write_bytes(b"".join(synth.vally_trial_line(i) for i in range(30)) + b"{broken\n")
+        # a NUL in a string: JSONB cannot hold it (the exact text travels in payload_text)
+        nul = json.loads(synth.vally_trial_line(30))
+        nul["stimulus"] = "a NUL \u0000 here"
+        (runs / "results.jsonl").write_bytes(b"".join(synth.vally_trial_line(i) for i in range(30))
+                                             + json.dumps(nul).encode() + b"\n{broken\n")
         synth.claude_transcript(root / "transcripts" / "s.jsonl", n)
         args += ["--vally", str(root / "vally"), "--transcripts", str(root / "transcripts")]
     code, _, err = run_cli("ingest", *args)
@@ -37,10 +42,17 @@ def machine(root: Path, n: int, *, seed: int = 7, extras: bool = False) -> tuple
     return db, args
 
 
+# every column an event has in both places; the payload and recorded_at compared as values
+EVENT_COLUMNS = ("seq, idempotency_key, type, {payload}, stream, schema_version, content_hash, occurred_at,"
+                 " recorded_at, source, source_path, source_position, {origin}")
+
+
 def local_events(db: Path) -> list[tuple]:
     with sqlite3.connect(db) as c:
-        return [(seq, key, typ, json.loads(payload)) for seq, key, typ, payload in c.execute(
-            "SELECT seq, idempotency_key, type, payload FROM events ORDER BY seq")]
+        me = c.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
+        rows = c.execute("SELECT " + EVENT_COLUMNS.format(payload="payload", origin="o.origin")
+                         + " FROM events e LEFT JOIN event_origins o USING (seq) ORDER BY seq").fetchall()
+    return [(*r[:3], json.loads(r[3]), *r[4:8], datetime.fromisoformat(r[8]), *r[9:12], r[12] or me) for r in rows]
 
 
 def ledger_id(db: Path) -> str:
@@ -49,12 +61,14 @@ def ledger_id(db: Path) -> str:
 
 
 def central_events(url: str, lid: str) -> list[tuple]:
+    """As local_events has them: a payload JSONB could not hold is compared from its exact text."""
     import psycopg
 
     with psycopg.connect(url) as pg:
-        return [(seq, key, typ, payload if payload is not None else json.loads(text)) for seq, key, typ, payload, text
-                in pg.execute("SELECT seq, idempotency_key, type, payload, payload_text FROM agentledger.events"
-                              " WHERE ledger_id = %s ORDER BY seq", (lid,))]
+        return [(seq, key, typ, payload if text is None else json.loads(text), *rest) for seq, key, typ, payload, text,
+                *rest in pg.execute("SELECT " + EVENT_COLUMNS.format(payload="payload, payload_text",
+                                                                      origin="origin::text")
+                                    + " FROM agentledger.events WHERE ledger_id = %s ORDER BY seq", (lid,))]
 
 
 def assert_exactly_the_union(url: str, dbs: list[Path]) -> int:
@@ -78,6 +92,8 @@ def ship(url: str, db: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg, tmp_path: Path) -> None:
+    import psycopg
+
     url = pg.create_database("three")
     dbs = [machine(tmp_path / "a", 300, seed=1, extras=True)[0], machine(tmp_path / "b", 200, seed=2)[0],
            machine(tmp_path / "c", 250, seed=3)[0]]
@@ -90,6 +106,11 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
         assert p.returncode == 0, err
     rows = assert_exactly_the_union(url, dbs)
     assert rows > 1500
+    with psycopg.connect(url) as c:  # the NUL's event: the projections read it, with U+FFFD in its place
+        assert c.execute("SELECT stimulus FROM agentledger.trials WHERE stimulus LIKE 'a NUL%'").fetchall() == [
+            ("a NUL \ufffd here",)]
+        assert c.execute("SELECT count(*) FROM agentledger.events WHERE payload IS NULL").fetchone()[0] == 0
+        assert c.execute("SELECT count(*) FROM agentledger.events WHERE payload_text IS NOT NULL").fetchone()[0] == 1
     # the projections people query agree with each machine's own
     code, out, _ = run_cli("query", "--central", url, "--json",
                            "SELECT ledger_id::text AS id, source, iteration, rubric_version, value, band FROM latest_scores")
@@ -105,7 +126,7 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
     code, out, _ = run_cli("query", "--central", url, "--json", "SELECT path, line FROM open_quarantine")
     with sqlite3.connect(dbs[0]) as c:
         local_q = c.execute("SELECT path, line FROM open_quarantine").fetchall()
-    assert [(r["path"], r["line"]) for r in json.loads(out)] == local_q == [("run-a/results.jsonl", 31)]
+    assert [(r["path"], r["line"]) for r in json.loads(out)] == local_q == [("run-a/results.jsonl", 32)]
     # the team report: every machine and repository, drawn by the same charts as a machine's own
     page = tmp_path / "team.html"
     code, out, err = run_cli("report", "--central", url, "-o", str(page))
@@ -257,6 +278,56 @@ def test_wrong_input_is_one_clear_line_and_local_work_goes_on(pg, tmp_path: Path
     assert_exactly_the_union(good, [db])
 
 
+def test_an_imported_event_with_an_unreadable_time_is_one_clear_line(pg, tmp_path: Path) -> None:
+    """An export edited by hand can carry a recorded_at the server cannot hold: the
+    pass ends with one line naming the event, and its batch is not confirmed."""
+    a, _ = machine(tmp_path / "a", 5)
+    export = tmp_path / "a.jsonl"
+    assert run_cli("export", "--db", str(a), "-o", str(export))[0] == 0
+    lines = [json.loads(line) for line in export.read_text().splitlines()]
+    lines[len(lines) // 2]["recorded_at"] = "yesterday"
+    export.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    b = tmp_path / "b.sqlite"
+    assert run_cli("import", str(export), "--db", str(b))[0] == 0
+    url = pg.create_database("times")
+    proc = ship(url, b)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "recorded_at 'yesterday', which is not an ISO 8601 time" in proc.stderr and "Traceback" not in proc.stderr
+    with sqlite3.connect(b) as c:
+        assert c.execute("SELECT count(*) FROM ship_cursors WHERE last_seq > 0").fetchone()[0] == 0
+
+
+def test_migration_2_gives_the_payloads_jsonb_could_not_hold_a_jsonb_the_projections_read(pg) -> None:
+    """A database made by migration 1 may hold events whose payload had a NUL (no JSONB,
+    exact text only): migration 2 gives them a JSONB with U+FFFD for each NUL that is
+    not itself escaped, leaves a lone surrogate alone, and drops the per-row foreign key."""
+    import psycopg
+    from agentledger.central import schema
+    from psycopg.types.json import Jsonb
+
+    url = pg.create_database("legacy")
+    lid = str(uuid.uuid4())
+    texts = {1: r'{"s":"a\u0000b","t":"c\\u0000d","u":"\\\u0000\u0000"}', 2: r'{"s":"lone \ud800"}'}
+    with psycopg.connect(url) as c:
+        c.execute("CREATE SCHEMA agentledger; CREATE TABLE agentledger.schema_version (version integer PRIMARY KEY,"
+                  " app text NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        c.execute(schema.migration_files()[0].read_text())
+        c.execute("INSERT INTO agentledger.schema_version (version, app, name) VALUES (1, 'agentledger', 'first')")
+        c.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, 'old', 'old')", (lid,))
+        for seq, text in [*texts.items(), (3, '{"fine":1}')]:
+            c.execute("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type,"
+                      " schema_version, content_hash, recorded_at, source, payload, payload_text) VALUES"
+                      " (%s, %s, %s, %s, 's', 'labels.recorded', 1, 'h', now(), 'src', %s, %s)",
+                      (lid, seq, lid, f"k{seq}", Jsonb(json.loads(text)) if seq == 3 else None,
+                       None if seq == 3 else text))
+        c.commit()
+        assert schema.migrate(c) == len(schema.migration_files()) - 1
+        got = dict(c.execute("SELECT seq, payload FROM agentledger.events ORDER BY seq").fetchall())
+        assert got == {1: {"s": "a\ufffdb", "t": "c\\u0000d", "u": "\\\ufffd\ufffd"}, 2: None, 3: {"fine": 1}}
+        assert c.execute("SELECT count(*) FROM pg_constraint WHERE conrelid = 'agentledger.events'::regclass"
+                         " AND contype = 'f'").fetchone()[0] == 0
+
+
 def test_the_local_product_never_imports_psycopg(tmp_path: Path) -> None:
     db, args = machine(tmp_path / "m", 5)
     probe = ("import sys, runpy; sys.argv = ['agentledger', *sys.argv[1:]];"
@@ -348,15 +419,29 @@ def test_the_daemon_ships_as_it_goes_and_outlives_the_server_and_the_network(pg,
             pg.start()
 
 
+def rollbacks(url: str) -> int:
+    """Transactions rolled back in that database so far, read once no other session is
+    left in it (a backend reports its counts before it leaves pg_stat_activity)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        assert wait_until(lambda: c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                            " AND pid <> pg_backend_pid()").fetchone()[0] == 0, timeout=60)
+        return c.execute("SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+
 def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     """A rebuilt ledger changes no seq; a ledger re-created from its export (a new file,
     a new id) keeps each event's origin: shipping either adds nothing already there,
-    while the re-created ledger's own new events still arrive."""
+    while the re-created ledger's own new events still arrive. New events go straight
+    into the events table (no transaction rolled back); a batch the server holds
+    already costs one rolled-back attempt, then goes the slow way."""
     import psycopg
 
     url = pg.create_database("again")
     a, a_args = machine(tmp_path / "a", 40, seed=8)
     assert ship(url, a).returncode == 0
+    assert rollbacks(url) == 0
     before = len(local_events(a))
     assert run_cli("rebuild", "--db", str(a))[0] == 0
     again = ship(url, a, "--json")
@@ -370,6 +455,7 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     shipped = ship(url, b, "--json")
     result = json.loads(shipped.stdout)[0]
     assert shipped.returncode == 0 and result["sent"] == before and result["new"] == 0
+    assert rollbacks(url) == result["batches"]
     with psycopg.connect(url) as c:
         assert c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0] == before
         assert c.execute("SELECT count(*) FROM agentledger.score_latest WHERE ledger_id = %s",
@@ -380,6 +466,7 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     assert run_cli("ingest", *a_args[:4], "--db", str(b), "--rubric", "3.0.0")[0] == 0
     shipped = ship(url, b, "--json")
     assert shipped.returncode == 0 and json.loads(shipped.stdout)[0]["new"] >= 40
+    assert rollbacks(url) == result["batches"]
     with psycopg.connect(url) as c:
         assert c.execute("SELECT count(*) FROM agentledger.score_latest WHERE ledger_id = %s",
                          (ledger_id(b),)).fetchone()[0] == 40

@@ -1,10 +1,11 @@
 """Shipping: this ledger's events to a team ledger, exactly once in effect.
 
 Transport is at least once, the apply is idempotent: a batch (events after the
-cursor, in seq order) is copied into a temporary staging table (COPY) and
-inserted with ``ON CONFLICT DO NOTHING`` on both (ledger_id, seq) and (origin,
-idempotency_key), and the projections are brought up to date from the events the
-server now holds in that seq range, all in one server transaction. Only after
+cursor, in seq order) goes into the events table, where (ledger_id, seq) and
+(origin, idempotency_key) are unique keys, so that a batch the server holds
+already, in whole or in part, adds nothing (see COLUMNS and _send), and the
+projections are brought up to date from the events the server now holds in that
+seq range, all in one server transaction. Only after
 the server has confirmed that commit does the local cursor move (in the local
 ledger, its own small transaction). A crash anywhere in between makes the next
 pass send the same batch again, which changes nothing on the server: exactly once
@@ -17,6 +18,7 @@ arriving after a later one, leaves them as they were.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -26,43 +28,49 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from ..config import ShipDestination
 from . import schema
 from .connect import CentralError, connect, describe
 
-# An imported event keeps the ledger that recorded it first as its origin (event_origins)
-LOCAL_BATCH = ("SELECT e.seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
-               " source, source_path, source_position, payload, o.origin FROM events e"
-               " LEFT JOIN event_origins o ON o.seq = e.seq WHERE e.seq > ? ORDER BY e.seq LIMIT ?")
-# JSONB refuses a NUL character in a string, and a lone surrogate: such payloads keep
-# their exact text (payload_text) and no JSONB. A false alarm only costs the JSONB.
-_UNFIT_FOR_JSONB = re.compile(r"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
-# The staging table holds text (stored uncompressed: it lives for one transaction); the
-# insert parses payloads into JSONB and times into timestamptz once. COPY is binary:
-# psycopg's C code writes the rows, no escaping pass over the payloads.
-STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (seq bigint, stream text, type text, schema_version integer,"
-           " idempotency_key text, content_hash text, occurred_at text, recorded_at text, source text,"
-           " source_path text, source_position text, payload text, origin uuid, fits_jsonb boolean)"
-           " ON COMMIT DELETE ROWS;"
-           " ALTER TABLE ship_staging ALTER COLUMN payload SET STORAGE EXTERNAL")
-COPY = ("COPY ship_staging (seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at,"
-        " recorded_at, source, source_path, source_position, payload, origin, fits_jsonb) FROM STDIN (FORMAT BINARY)")
-COPY_TYPES = ["int8", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text", "uuid",
-              "bool"]
-INSERT = ("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type, schema_version,"
-          " content_hash, occurred_at, recorded_at, source, source_path, source_position, payload, payload_text)"
-          " SELECT %(id)s, seq, coalesce(origin, %(id)s), idempotency_key, stream, type, schema_version, content_hash,"
-          " occurred_at, recorded_at::timestamptz, source, source_path, source_position,"
-          " CASE WHEN fits_jsonb THEN payload::jsonb END, CASE WHEN NOT fits_jsonb THEN payload END"
-          " FROM ship_staging ORDER BY seq ON CONFLICT DO NOTHING")
+# The payload comes as bytes: it goes to the server as they are (see COPY_TYPES). An
+# imported event keeps the ledger that recorded it first as its origin (event_origins):
+# a batch reads those of its range apart (nearly always none) rather than joining every row.
+LOCAL_BATCH = ("SELECT seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
+               " source, source_path, source_position, CAST(payload AS BLOB) FROM events"
+               " WHERE seq > ? ORDER BY seq LIMIT ?")
+ORIGINS = "SELECT seq, origin FROM event_origins WHERE seq > ? AND seq <= ?"
+# JSONB refuses a NUL character in a string, and a lone surrogate: such a payload keeps
+# its exact text in payload_text, and its JSONB has U+FFFD in their places, so that the
+# projections and views still read it. A false alarm only stores the text twice.
+_UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
+# A batch is copied straight into the events table (binary COPY: psycopg's C code
+# writes the rows, no escaping pass over the payloads). A batch the server already
+# holds in part (sent before a crash, or events imported from a ledger that shipped
+# them itself) makes that COPY fail on a unique key; that transaction is rolled back
+# and the batch goes the slow way: COPY into a staging table, then one INSERT ... ON
+# CONFLICT DO NOTHING. The fast way saves a third of the server's work per event.
+COLUMNS = ("ledger_id, seq, origin, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
+           " recorded_at, source, source_path, source_position, payload, payload_text")
+# jsonb travels in binary COPY as a version byte (1) and the JSON text: declared as
+# bytea here, so that psycopg sends those bytes as they are and the server parses them once
+COPY_TYPES = ["uuid", "int8", "uuid", "text", "text", "text", "int4", "text", "text", "timestamptz", "text", "text",
+              "text", "bytea", "text"]
+STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (LIKE agentledger.events INCLUDING DEFAULTS)"
+           " ON COMMIT DELETE ROWS")
+INSERT = (f"INSERT INTO agentledger.events ({COLUMNS}) SELECT {COLUMNS} FROM ship_staging ORDER BY seq"
+          " ON CONFLICT DO NOTHING")
+_JSONB_V1 = b"\x01"
 
 # event types that resolve a file's open quarantine (as the local projections do)
 RESOLVING = ["iteration.recorded", "historical.recorded", "hook_outcomes.recorded", "labels.recorded",
              "artifact.recorded", "file.removed", "annotation.recorded"]
+# Each step with the event types it reads: a batch without any of them skips it.
 PROJECT = (
     # the most recent score of each iteration
-    """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
+    ({"score.computed"},
+     """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
            inputs_hash, scored_at, seq)
        SELECT DISTINCT ON (e.source, (e.payload->>'iteration')::integer) e.ledger_id, e.source,
               (e.payload->>'iteration')::integer, e.payload->>'rubric_version', (e.payload->>'scored')::boolean,
@@ -74,9 +82,10 @@ PROJECT = (
        ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET rubric_version = excluded.rubric_version,
            scored = excluded.scored, value = excluded.value, band = excluded.band,
            inputs_hash = excluded.inputs_hash, scored_at = excluded.scored_at, seq = excluded.seq
-       WHERE excluded.seq > t.seq""",
+       WHERE excluded.seq > t.seq"""),
     # iterations: a dedicated record beats the archive's; among equals the later one
-    """INSERT INTO agentledger.iterations AS t (ledger_id, source, iteration, kind, session_id, task_id, date,
+    ({"iteration.recorded", "historical.recorded"},
+     """INSERT INTO agentledger.iterations AS t (ledger_id, source, iteration, kind, session_id, task_id, date,
            commit_ref, input_tokens, output_tokens, seq)
        SELECT DISTINCT ON (c.source, c.iteration) c.ledger_id, c.source, c.iteration, c.kind,
               coalesce(c.r->'agent'->>'session_id', ''), coalesce(c.r->>'task_id', ''), coalesce(c.r->>'date', ''),
@@ -96,9 +105,10 @@ PROJECT = (
            commit_ref = excluded.commit_ref, input_tokens = excluded.input_tokens,
            output_tokens = excluded.output_tokens, seq = excluded.seq
        WHERE (excluded.kind = 'dedicated' AND (t.kind = 'historical' OR excluded.seq > t.seq))
-          OR (excluded.kind = 'historical' AND t.kind = 'historical' AND excluded.seq > t.seq)""",
+          OR (excluded.kind = 'historical' AND t.kind = 'historical' AND excluded.seq > t.seq)"""),
     # eval trials (a re-reported trial replaces its row)
-    """INSERT INTO agentledger.trials AS t (ledger_id, source, run_dir, item_id, run_id, experiment, eval_name,
+    ({"trial.completed"},
+     """INSERT INTO agentledger.trials AS t (ledger_id, source, run_dir, item_id, run_id, experiment, eval_name,
            stimulus, model, variant, trial_index, status, passed, duration_ms, input_tokens, output_tokens, seq)
        SELECT DISTINCT ON (e.source, e.payload->>'run_dir', e.payload->'trial'->>'item_id') e.ledger_id, e.source,
               e.payload->>'run_dir', e.payload->'trial'->>'item_id', e.payload->'trial'->>'run_id',
@@ -115,10 +125,11 @@ PROJECT = (
            model = excluded.model, variant = excluded.variant, trial_index = excluded.trial_index,
            status = excluded.status, passed = excluded.passed, duration_ms = excluded.duration_ms,
            input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, seq = excluded.seq
-       WHERE excluded.seq > t.seq""",
+       WHERE excluded.seq > t.seq"""),
     # quarantine: recorded (resolved already if a later event about the same file is on the server),
     # and earlier open records resolved by this batch's events; the first later event resolves, as locally
-    """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason,
+    ({"source.quarantined"},
+     """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason,
            resolved_seq)
        SELECT e.ledger_id, e.seq, e.source, e.payload->>'path', e.payload->>'kind', (e.payload->>'line')::integer,
               (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason',
@@ -127,14 +138,15 @@ PROJECT = (
                  AND r.source = e.source AND coalesce(r.payload->>'file', r.payload->>'path') = e.payload->>'path')
        FROM agentledger.events e
        WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'source.quarantined'
-       ON CONFLICT DO NOTHING""",
-    """UPDATE agentledger.quarantine q SET resolved_seq = (
+       ON CONFLICT DO NOTHING"""),
+    (set(RESOLVING),
+     """UPDATE agentledger.quarantine q SET resolved_seq = (
            SELECT min(r.seq) FROM agentledger.events r
            WHERE r.ledger_id = q.ledger_id AND r.seq > q.seq AND r.type = ANY(%(resolving)s) AND r.source = q.source
              AND coalesce(r.payload->>'file', r.payload->>'path') = q.path)
        WHERE q.ledger_id = %(id)s AND q.resolved_seq IS NULL AND (q.source, q.path) IN (
            SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') FROM agentledger.events e
-           WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = ANY(%(resolving)s))""")
+           WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = ANY(%(resolving)s))"""))
 
 
 @dataclass
@@ -200,7 +212,6 @@ class Shipper:
                     pg.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, %s, %s)"
                                " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host",
                                (self.ledger_id, self.name, self.host))
-                pg.execute(STAGING)
                 pg.commit()
         except BaseException:
             self.close()
@@ -252,10 +263,10 @@ class Shipper:
     def _pass(self, report: ShipReport, free: queue.Queue, max_batches: int | None) -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-        def send(rows: list[tuple], after: int) -> int:
+        def send(rows: list[tuple], origins: dict[int, str], after: int) -> int:
             pg = free.get()
             try:
-                return self._send(pg, rows, after)
+                return self._send(pg, rows, origins, after)
             finally:
                 free.put(pg)
 
@@ -269,7 +280,8 @@ class Shipper:
                     rows = self.local.execute(LOCAL_BATCH, (after, self.dest.batch)).fetchall()
                     if not rows:
                         break
-                    inflight[pool.submit(send, rows, after)] = (after, rows[-1][0], len(rows))
+                    origins = dict(self.local.execute(ORIGINS, (after, rows[-1][0])).fetchall())
+                    inflight[pool.submit(send, rows, origins, after)] = (after, rows[-1][0], len(rows))
                     after, dispatched = rows[-1][0], dispatched + 1
                 if not inflight:
                     break
@@ -295,24 +307,77 @@ class Shipper:
         if failure is not None:
             raise failure
 
-    def _send(self, pg, rows: list[tuple], after: int) -> int:
-        """One server transaction: stage, insert what is new, then (one batch at a time
-        per ledger) project and note the ledger's progress. Returns the new count."""
+    def _send(self, pg, rows: list[tuple], origins: dict[int, str], after: int) -> int:
+        """One server transaction: the batch's events, then (one batch at a time per
+        ledger) the projections and the ledger's progress. Returns how many events
+        the server did not hold yet."""
+        import psycopg
+
         ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0], "resolving": RESOLVING}
+        try:
+            with pg.transaction(), pg.cursor() as cur:
+                self._copy(cur, "agentledger.events", rows, origins)
+                self._project(cur, ids, rows)
+            return len(rows)
+        except psycopg.errors.UniqueViolation:
+            pass  # some of it is there already: the slow way below
         with pg.transaction(), pg.cursor() as cur:
-            with cur.copy(COPY) as copy:
-                copy.set_types(COPY_TYPES)
-                unfit = _UNFIT_FOR_JSONB.search
-                for r in rows:
-                    copy.write_row((*r[:12], r[12] and uuid.UUID(r[12]), unfit(r[11]) is None))
-            cur.execute(INSERT, ids)
+            cur.execute(STAGING)  # made by the first batch that needs it on this connection
+            self._copy(cur, "ship_staging", rows, origins)
+            cur.execute(INSERT)
             new = cur.rowcount
-            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%(id)s::text, 0))", ids)
-            for sql in PROJECT:
-                cur.execute(sql, ids)
-            cur.execute("UPDATE agentledger.ledgers SET last_shipped_at = now(), last_seq = greatest(last_seq, %(hi)s)"
-                        " WHERE ledger_id = %(id)s", ids)
+            self._project(cur, ids, rows)
         return new
+
+    def _copy(self, cur, table: str, rows: list[tuple], origins: dict[int, str]) -> None:
+        """``origins``: the events this ledger imported, by seq, with the ledger that recorded them."""
+        ledger = uuid.UUID(self.ledger_id)
+        unfit, instant = _UNFIT_FOR_JSONB.search, _instant
+        with cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(COPY_TYPES)
+            for seq, stream, type_, version, key, hash_, occurred, recorded, source, path, position, payload in rows:
+                exact = None if unfit(payload) is None else payload.decode()
+                try:
+                    at = instant(recorded)
+                except ValueError:  # only an imported ledger could hold one
+                    raise CentralError(f"{self.dest.label}: event {seq} has recorded_at {recorded!r},"
+                                       " which is not an ISO 8601 time") from None
+                copy.write_row((ledger, seq, uuid.UUID(origins[seq]) if origins and seq in origins else ledger, key,
+                                stream, type_, version, hash_, occurred, at, source, path, position,
+                                _JSONB_V1 + (payload if exact is None else _fit_for_jsonb(exact)), exact))
+
+    @staticmethod
+    def _project(cur, ids: dict, rows: list[tuple]) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%(id)s::text, 0))", ids)
+        present = {r[2] for r in rows}
+        for types, sql in PROJECT:
+            if types & present:
+                cur.execute(sql, ids)
+        cur.execute("UPDATE agentledger.ledgers SET last_shipped_at = now(), last_seq = greatest(last_seq, %(hi)s)"
+                    " WHERE ledger_id = %(id)s", ids)
+
+
+def _fit_for_jsonb(text: str) -> bytes:
+    """The payload with each NUL and lone surrogate in its strings replaced by U+FFFD."""
+    def fit(value):
+        if isinstance(value, str):
+            return _UNFIT_CHARS.sub("\ufffd", value)
+        if isinstance(value, dict):
+            return {fit(k): fit(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fit(v) for v in value]
+        return value
+
+    return json.dumps(fit(json.loads(text)), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+_UNFIT_CHARS = re.compile("[\x00\ud800-\udfff]")  # json.loads has joined every valid surrogate pair
+
+
+def _instant(text: str) -> datetime:
+    """A ledger's recorded_at (ISO 8601, UTC, with its Z) as the aware datetime COPY sends."""
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
 def ship_all(local: sqlite3.Connection, destinations, *, name: str = "") -> list[ShipReport | CentralError]:
