@@ -149,62 +149,85 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
 def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, tmp_path: Path) -> None:
     """20 kills: 5 mid-COPY (seen in pg_stat_activity), 5 after the server committed but
     before the local cursor moved (the ledger held locked by this test), 10 at random
-    moments; after each, the next ship goes on. Nothing is lost or doubled."""
+    moments; after each, the next ship goes on. Every other kill of each kind hits a pass
+    sending the whole ledger again (each batch takes the slow way: the server has it),
+    the others a pass of events the server has never seen (straight into events), on
+    copies of the machine's ledger with their own ids. Nothing is lost or doubled."""
     import psycopg
 
     url = pg.create_database("kills")
-    db, _ = machine(tmp_path / "m", 600, extras=True)
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{db}"\n[[ship]]\nurl = "{url}"\nbatch = 40\n')
-    total = len(local_events(db))
+    main, _ = machine(tmp_path / "m", 600, extras=True)
+    total = len(local_events(main))
     rng = random.Random(11)
     wanted = {"copy": 5, "committed": 5, "random": 10}
     killed = dict.fromkeys(wanted, 0)
+    ledgers = [main]
 
-    def cursor() -> int:
+    def config(db: Path) -> Path:
+        cfg = db.with_suffix(".toml")
+        cfg.write_text(f'[store]\npath = "{db}"\n[[ship]]\nurl = "{url}"\nbatch = 40\n')
+        return cfg
+
+    def cursor(db: Path) -> int:
         with sqlite3.connect(db) as c:
             row = c.execute("SELECT last_seq FROM ship_cursors").fetchone()
         return row[0] if row else 0
 
-    def last_commit() -> object:
-        """When the server last committed a batch of this machine's (the batch's transaction time)."""
+    def last_commit(db: Path) -> object:
+        """When the server last committed a batch of this ledger's (the batch's transaction time)."""
         with psycopg.connect(url) as c:
             if c.execute("SELECT to_regclass('agentledger.ledgers')").fetchone()[0] is None:
                 return None
-            row = c.execute("SELECT last_shipped_at FROM agentledger.ledgers").fetchone()
+            row = c.execute("SELECT last_shipped_at FROM agentledger.ledgers WHERE ledger_id = %s",
+                            (ledger_id(db),)).fetchone()
             return row[0] if row else None
 
-    def copying() -> bool:
+    def copying() -> str | None:
         with psycopg.connect(url) as c:
-            return bool(c.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentledger'"
-                                  " AND query LIKE 'COPY ship_staging%%' AND state = 'active'").fetchone()[0])
+            row = c.execute("SELECT split_part(query, ' ', 2) FROM pg_stat_activity WHERE application_name ="
+                            " 'agentledger' AND query LIKE 'COPY %%' AND state = 'active'").fetchone()
+            return row[0] if row else None
 
-    def forget_cursor() -> None:  # the whole ledger is sent again: more work to kill
-        with sqlite3.connect(db) as c:
-            c.execute("DELETE FROM ship_cursors")
+    def fresh_copy() -> Path:
+        """The machine's ledger under a new id: all of it new to the server."""
+        db = tmp_path / f"copy-{len(ledgers)}.sqlite"
+        with sqlite3.connect(main) as src, sqlite3.connect(db) as dst:
+            src.backup(dst)
+            dst.execute("UPDATE ledger_identity SET ledger_id = ?", (str(uuid.uuid4()),))
+            dst.execute("DELETE FROM ship_cursors")
+        ledgers.append(db)
+        return db
 
     started = time.monotonic()
-    assert ship(url, db, "--config", str(cfg)).returncode == 0
+    assert ship(url, main, "--config", str(config(main))).returncode == 0
     whole = time.monotonic() - started  # how long one full pass takes, process start included
     attempts = 0
     while killed != wanted:  # a pass that ends before its kill (the machine was quicker) is tried again
         attempts += 1
         assert attempts <= 80, killed
         kind = rng.choice([k for k in wanted if killed[k] < wanted[k]])
-        forget_cursor()  # a whole pass ahead of every kill
+        resend = killed[kind] % 2 == 0
+        if resend:  # the whole ledger again: every batch is on the server already
+            db = main
+            with sqlite3.connect(db) as c:
+                c.execute("DELETE FROM ship_cursors")
+        else:  # the rest of a copy the server has not seen, or a new copy once one is through
+            db = ledgers[-1] if len(ledgers) > 1 and cursor(ledgers[-1]) < total else fresh_copy()
         lock = None
         if kind == "committed":
             lock = sqlite3.connect(db, timeout=0)
             lock.execute("BEGIN IMMEDIATE")  # the shipper's cursor write will wait on this
-            before, held_at = last_commit(), cursor()
-        proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ship", "--config", str(cfg)],
+            before, held_at = last_commit(db), cursor(db)
+        proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ship", "--config", str(config(db))],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         moment = True
         try:
-            if kind == "copy":
-                moment = wait_until(copying, timeout=60, interval=0.001)
+            if kind == "copy":  # the slow way's COPY when sending again, else the one straight into events
+                target = "ship_staging" if resend else "agentledger.events"
+                moment = wait_until(lambda: proc.poll() is not None or copying() == target, timeout=60,
+                                    interval=0.001) and proc.poll() is None
             elif kind == "committed":
-                assert wait_until(lambda: last_commit() != before, timeout=60)  # the server committed a batch
+                assert wait_until(lambda: last_commit(db) != before, timeout=60)  # the server committed a batch
             else:
                 time.sleep(rng.uniform(0.05, 0.95) * whole)
         finally:
@@ -218,12 +241,13 @@ def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, t
             continue
         killed[kind] += 1
         if kind == "committed":
-            assert cursor() == held_at  # killed in the gap: the server committed, the cursor did not move
-    final = ship(url, db, "--config", str(cfg))
-    assert final.returncode == 0, final.stderr
-    status = cli_subprocess("status", "--config", str(cfg)).stdout
+            assert cursor(db) == held_at  # killed in the gap: the server committed, the cursor did not move
+    for db in ledgers:
+        final = ship(url, db, "--config", str(config(db)))
+        assert final.returncode == 0, final.stderr
+    status = cli_subprocess("status", "--config", str(config(main))).stdout
     assert f"shipped to    {url.replace(f':{PASSWORD}@', ':***@')}  (up to #{total}, 0 events behind" in status
-    assert assert_exactly_the_union(url, [db]) == total
+    assert assert_exactly_the_union(url, ledgers) == total * len(ledgers)
 
 
 def test_a_rubric_bump_on_one_machine_moves_only_its_central_scores(pg, tmp_path: Path) -> None:
