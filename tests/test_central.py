@@ -436,6 +436,7 @@ def test_the_daemon_ships_as_it_goes_and_outlives_the_server_and_the_network(pg,
             assert wait_until(caught_up, timeout=90) and said("team ledger reachable again") == 2
             assert_exactly_the_union(url, [db])
             assert "box-1" in run_cli("central", "status", url)[1]
+            assert ledger_id(db) in run_cli("central", "status", url)[1]  # what forgetting a machine needs
             assert "s3cret" not in daemon_log.read_text()
     finally:
         proxy.close()

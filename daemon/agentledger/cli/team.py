@@ -90,7 +90,8 @@ def cmd_central(args: argparse.Namespace) -> int:
                 rows = [dict(zip(("name", "host", "ledger_id", "last_seq", "last_shipped_at"), r)) for r in cur]
                 result = {"destination": dest.label, "ledgers": rows}
                 text = "\n".join([f"central: {dest.label}: {len(rows)} ledger(s)"] + [
-                    f"  {r['name']:<20} {r['host']:<20} seq {r['last_seq']:<10} {r['last_shipped_at']}"
+                    f"  {r['name']:<20} {r['host']:<20} {r['ledger_id']}  seq {r['last_seq']:<10}"
+                    f" {r['last_shipped_at']}"
                     for r in rows])
     except connect.CentralError as exc:
         raise Failure(str(exc)) from None
