@@ -247,6 +247,7 @@ def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, t
         assert final.returncode == 0, final.stderr
     status = cli_subprocess("status", "--config", str(config(main))).stdout
     assert f"shipped to    {url.replace(f':{PASSWORD}@', ':***@')}  (up to #{total}, 0 events behind" in status
+    assert f"(id {ledger_id(main)})" in status
     assert assert_exactly_the_union(url, ledgers) == total * len(ledgers)
 
 

@@ -81,7 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    print(f"ledger        {data['store']}")
+    print(f"ledger        {data['store']}  (id {data['ledger_id']})")
     rub = data["active_rubric"] or "(none yet)"
     if data["active_rubric"] and data["configured_rubric_seen"] != cfg.scoring.rubric:
         if data["active_rubric"] != cfg.scoring.rubric:
