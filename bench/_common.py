@@ -4,18 +4,38 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one child process (``wait4`` reports the child's own)."""
+def run(cmd: list[str], *, rss_samples: list | None = None, every: float = 0.25) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one child process (``wait4`` reports the child's
+    own). With ``rss_samples``, also appends (seconds since start, RSS MiB) to it every
+    ``every`` seconds while the child runs."""
     t = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         os.execvp(cmd[0], cmd)
-    _, status, usage = os.wait4(pid, 0)
+    while True:
+        done, status, usage = os.wait4(pid, 0 if rss_samples is None else os.WNOHANG)
+        if done:
+            break
+        if rss := rss_mb(pid):
+            rss_samples.append((time.perf_counter() - t, rss))
+        time.sleep(every)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return time.perf_counter() - t, usage.ru_maxrss
+
+
+def rss_mb(pid: int) -> float:
+    """A running process's resident set now, in MiB (0 once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def pct(values: list[float], p: float) -> float:

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import pct
+from _common import pct, rss_mb
 from agentledger.example import synth
 
 T0 = 1_760_000_000
@@ -46,13 +46,6 @@ T0 = 1_760_000_000
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def wait_for(pred, timeout: float = 30.0) -> float:

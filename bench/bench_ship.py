@@ -95,28 +95,12 @@ def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
     mb = payload_mb([db])
     url = cluster.create_database("catchup")
     os.sync()  # the ledger's pages on disk, as a machine's would be, not being written back meanwhile
-    t = time.perf_counter()
-    proc = subprocess.Popen([*CLI, "ship", "--central", url, "--db", str(db), "-q"])
-    samples = []  # (seconds, RSS MiB)
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        try:
-            rss = next(int(line.split()[1]) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                       if line.startswith("VmRSS:"))
-            samples.append((time.perf_counter() - t, rss / 1024))
-        except (OSError, StopIteration):
-            pass
-        time.sleep(0.25)
-    wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit("ship failed")
+    samples: list = []  # (seconds, RSS MiB)
+    wall, peak = run([*CLI, "ship", "--central", url, "--db", str(db), "-q"], rss_samples=samples)
     at = {q: min(samples, key=lambda s: abs(s[0] - wall * q / 4))[1] for q in (1, 2, 3, 4)}
     print(f"catch-up: one ledger of {total:,} events ({mb:,.0f} MB of payloads) in one ship: {wall:.1f} s ="
           f" {total / wall:,.0f} events/s, {mb / wall:,.1f} MB/s; RSS at 1/4, 1/2, 3/4 and the end of the pass:"
-          f" {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {usage.ru_maxrss / 1024:.0f} MB")
+          f" {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {peak / 1024:.0f} MB")
     db.unlink()
 
 

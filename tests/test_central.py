@@ -334,10 +334,7 @@ def test_migration_2_gives_the_payloads_jsonb_could_not_hold_a_jsonb_the_project
     lid = str(uuid.uuid4())
     texts = {1: r'{"s":"a\u0000b","t":"c\\u0000d","u":"\\\u0000\u0000"}', 2: r'{"s":"lone \ud800"}'}
     with psycopg.connect(url) as c:
-        c.execute("CREATE SCHEMA agentledger; CREATE TABLE agentledger.schema_version (version integer PRIMARY KEY,"
-                  " app text NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-        c.execute(schema.migration_files()[0].read_text())
-        c.execute("INSERT INTO agentledger.schema_version (version, app, name) VALUES (1, 'agentledger', 'first')")
+        assert schema.migrate(c, upto=1) == 1
         c.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, 'old', 'old')", (lid,))
         for seq, text in [*texts.items(), (3, '{"fine":1}')]:
             c.execute("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type,"

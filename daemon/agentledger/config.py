@@ -353,29 +353,30 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
                   ship=_destinations(data, origin), **parts)
 
 
+_SHIP_LIMITS = {"batch": 1_000_000, "connections": 16, "stall_seconds": 86400}  # each from 1
+
+
 def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
-    """``[[ship]]``: url (postgresql://…), optional name and batch."""
+    """``[[ship]]``: url (postgresql://…), optional name, batch, connections, stall_seconds."""
     items = data.get("ship", [])
     if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
         raise ConfigError(f"{origin}: ship must be an array of tables ([[ship]])")
     out = []
     for item in items:
-        unknown = sorted(set(item) - {"url", "name", "batch", "connections", "stall_seconds"})
+        unknown = sorted(set(item) - {"url", "name", *_SHIP_LIMITS})
         url = item.get("url")
         if unknown or not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch,"
                               " connections, stall_seconds)"
                               + (f"; unknown key(s): {', '.join(unknown)}" if unknown else ""))
-        batch = item.get("batch", 5000)
-        if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 1_000_000:
-            raise ConfigError(f"{origin}: [[ship]] batch must be a whole number from 1 to 1000000")
-        connections = item.get("connections", 2)
-        if not isinstance(connections, int) or isinstance(connections, bool) or not 1 <= connections <= 16:
-            raise ConfigError(f"{origin}: [[ship]] connections must be a whole number from 1 to 16")
-        stall = item.get("stall_seconds", 120)
-        if not isinstance(stall, int) or isinstance(stall, bool) or not 1 <= stall <= 86400:
-            raise ConfigError(f"{origin}: [[ship]] stall_seconds must be a whole number from 1 to 86400")
-        out.append(ShipDestination(url, str(item.get("name", "")), batch, connections, stall))
+        numbers = {}  # those given; ShipDestination has the defaults
+        for key, top in _SHIP_LIMITS.items():
+            if key in item:
+                value = item[key]
+                if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+                    raise ConfigError(f"{origin}: [[ship]] {key} must be a whole number from 1 to {top}")
+                numbers[key] = value
+        out.append(ShipDestination(url, str(item.get("name", "")), **numbers))
     labels = [d.label for d in out]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{origin}: two [[ship]] destinations are the same: give them different names")

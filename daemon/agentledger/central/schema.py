@@ -37,19 +37,21 @@ def current_version(conn) -> tuple[int, str] | None:
     return (found[0] or 0, found[1] or APP)
 
 
-def migrate(conn) -> int:
-    """Bring the database up to this version's schema; returns how many migrations ran.
-    Commits (the connection must not be in autocommit mode)."""
-    files = migration_files()
+def migrate(conn, *, upto: int | None = None) -> int:
+    """Bring the database up to this version's schema (or to migration ``upto``);
+    returns how many migrations ran. Commits (the connection must not be in
+    autocommit mode)."""
+    known = migration_files()
+    files = known[:upto]
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK,))
         found = current_version(conn)
         if found is not None and found[1] != APP:
             raise CentralError(f"the database's agentledger schema belongs to {found[1]!r}, not agentledger")
         done = found[0] if found else 0
-        if done > len(files):
+        if done > len(known):
             raise CentralError(f"the database's team-ledger schema is version {done}, newer than this agentledger "
-                               f"knows (1 to {len(files)}): upgrade agentledger on this machine")
+                               f"knows (1 to {len(known)}): upgrade agentledger on this machine")
         if found is None:
             conn.execute("CREATE SCHEMA IF NOT EXISTS agentledger")
             conn.execute("CREATE TABLE agentledger.schema_version (version integer PRIMARY KEY, app text NOT NULL,"
@@ -58,4 +60,4 @@ def migrate(conn) -> int:
             conn.execute(path.read_text("utf-8"))
             conn.execute("INSERT INTO agentledger.schema_version (version, app, name) VALUES (%s, %s, %s)",
                          (number, APP, path.stem))
-        return len(files) - done
+        return max(0, len(files) - done)

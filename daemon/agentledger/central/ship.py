@@ -173,7 +173,7 @@ class Shipper:
     connections, kept between passes.
 
     Batches are read in seq order here and sent on the connections at once, so the
-    server stages and inserts several batches in parallel. Each transaction then
+    server inserts several batches in parallel. Each transaction then
     takes a per-ledger advisory lock for its projections and the ledger row: those
     steps run one batch at a time, in whatever order the batches got there, which
     the seq rules make come out the same; the quarantine step looks at every later
@@ -184,6 +184,7 @@ class Shipper:
         self.local = local
         self.dest = dest
         self.ledger_id = ledger_identity(local)
+        self.ledger_uuid = uuid.UUID(self.ledger_id)  # as COPY sends it
         self.host = socket.gethostname()
         self.name = name or self.host
         self.pgs: list = []
@@ -331,8 +332,7 @@ class Shipper:
 
     def _copy(self, cur, table: str, rows: list[tuple], origins: dict[int, str]) -> None:
         """``origins``: the events this ledger imported, by seq, with the ledger that recorded them."""
-        ledger = uuid.UUID(self.ledger_id)
-        unfit, instant = _UNFIT_FOR_JSONB.search, _instant
+        ledger, unfit, instant = self.ledger_uuid, _UNFIT_FOR_JSONB.search, _instant
         with cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(COPY_TYPES)
             for seq, stream, type_, version, key, hash_, occurred, recorded, source, path, position, payload in rows:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from ..config import Config, ShipDestination
+from .daemon import backoff  # the daemon imports this module only once it runs, so no cycle
 
 log = structlog.get_logger("agentledger.ship")
 BATCHES_PER_TURN = 20  # then look at the stop flag and the other destinations again
@@ -92,8 +93,6 @@ class ShipLoop:
                 st.shipper = Shipper(conn, st.dest, name=self.cfg.ledger.name)
             report = st.shipper.ship(max_batches=BATCHES_PER_TURN)  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - nothing here may end the daemon
-            from .daemon import backoff
-
             st.failures += 1
             delay = backoff(st.failures)
             st.retry_at = time.monotonic() + delay
