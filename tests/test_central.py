@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -44,7 +45,7 @@ def machine(root: Path, n: int, *, seed: int = 7, extras: bool = False) -> tuple
 
 # every column an event has in both places; the payload and recorded_at compared as values
 EVENT_COLUMNS = ("seq, idempotency_key, type, {payload}, stream, schema_version, content_hash, occurred_at,"
-                 " recorded_at, source, source_path, source_position, {origin}")
+                 " recorded_at, source, source_path, source_position, {origin}, origin_seq")
 
 
 def local_events(db: Path) -> list[tuple]:
@@ -52,7 +53,8 @@ def local_events(db: Path) -> list[tuple]:
         me = c.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
         rows = c.execute("SELECT " + EVENT_COLUMNS.format(payload="payload", origin="o.origin")
                          + " FROM events e LEFT JOIN event_origins o USING (seq) ORDER BY seq").fetchall()
-    return [(*r[:3], json.loads(r[3]), *r[4:8], datetime.fromisoformat(r[8]), *r[9:12], r[12] or me) for r in rows]
+    return [(*r[:3], json.loads(r[3]), *r[4:8], datetime.fromisoformat(r[8]), *r[9:12], r[12] or me, r[13])
+            for r in rows]
 
 
 def ledger_id(db: Path) -> str:
@@ -471,7 +473,8 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     assert again.returncode == 0 and json.loads(again.stdout)[0]["sent"] == 0
     export = tmp_path / "a.jsonl"
     assert run_cli("export", "--db", str(a), "-o", str(export))[0] == 0
-    assert all(json.loads(line)["ledger"] == ledger_id(a) for line in export.read_text().splitlines())
+    exported = [json.loads(line) for line in export.read_text().splitlines()]
+    assert all(e["ledger"] == ledger_id(a) and e["origin_seq"] == e["seq"] for e in exported)
     b = tmp_path / "b.sqlite"  # the machine's disk replaced: its ledger re-created from the export
     assert run_cli("import", str(export), "--db", str(b))[0] == 0
     assert ledger_id(b) != ledger_id(a)
@@ -483,9 +486,10 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
         assert c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0] == before
         assert c.execute("SELECT count(*) FROM agentledger.score_latest WHERE ledger_id = %s",
                          (ledger_id(b),)).fetchone()[0] == 0  # nothing counted twice in the projections either
-    # re-exporting from b keeps a's id as the origin; b's own new events ship as b's
-    assert all(json.loads(line)["ledger"] == ledger_id(a) for line in
-               run_cli("export", "--db", str(b))[1].splitlines())
+    # re-exporting from b keeps a's id and seqs as the origin; b's own new events ship as b's
+    seq_in_a = {e["idempotency_key"]: e["seq"] for e in exported}
+    assert [(e["ledger"], e["origin_seq"]) for e in map(json.loads, run_cli("export", "--db", str(b))[1].splitlines())
+            ] == [(ledger_id(a), seq_in_a[e["idempotency_key"]]) for e in exported]
     assert run_cli("ingest", *a_args[:4], "--db", str(b), "--rubric", "3.0.0")[0] == 0
     shipped = ship(url, b, "--json")
     assert shipped.returncode == 0 and json.loads(shipped.stdout)[0]["new"] >= 40
@@ -493,6 +497,28 @@ def test_rebuild_and_reimport_ship_nothing_twice(pg, tmp_path: Path) -> None:
     with psycopg.connect(url) as c:
         assert c.execute("SELECT count(*) FROM agentledger.score_latest WHERE ledger_id = %s",
                          (ledger_id(b),)).fetchone()[0] == 40
+        total = c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0]
+    # a copy of a copy: c imports b's export (a's events and b's own); it brings nothing new
+    b_export = tmp_path / "b.jsonl"
+    assert run_cli("export", "--db", str(b), "-o", str(b_export))[0] == 0
+    c_db = tmp_path / "c.sqlite"
+    assert run_cli("import", str(b_export), "--db", str(c_db))[0] == 0
+    shipped = ship(url, c_db, "--json")
+    assert shipped.returncode == 0 and json.loads(shipped.stdout)[0]["new"] == 0
+    # two imports of an export without origin seqs (written before they were kept)
+    # recognise each other by (origin, idempotency_key)
+    old_export = tmp_path / "old.jsonl"
+    old_export.write_text(re.sub(r', "origin_seq": \d+', "", b_export.read_text()))
+    assert "origin_seq" not in old_export.read_text()
+    news = []
+    for name in ("d", "e"):
+        assert run_cli("import", str(old_export), "--db", str(tmp_path / f"{name}.sqlite"))[0] == 0
+        shipped = ship(url, tmp_path / f"{name}.sqlite", "--json")
+        assert shipped.returncode == 0
+        news.append(json.loads(shipped.stdout)[0]["new"])
+    assert news[1] == 0
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0] == total + news[0]
 
 
 def test_a_pass_stalled_by_a_silent_peer_is_cut_off_and_retried(pg, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Transport is at least once, the apply is idempotent: a batch (events after the
 cursor, in seq order) goes into the events table, where (ledger_id, seq) and
-(origin, idempotency_key) are unique keys, so that a batch the server holds
+(origin, origin_seq) are unique keys, so that a batch the server holds
 already, in whole or in part, adds nothing (see COLUMNS and _send), and the
 projections are brought up to date from the events the server now holds in that
 seq range, all in one server transaction. Only after
@@ -35,12 +35,13 @@ from . import schema
 from .connect import CentralError, connect, describe
 
 # The payload comes as bytes: it goes to the server as they are (see COPY_TYPES). An
-# imported event keeps the ledger that recorded it first as its origin (event_origins):
-# a batch reads those of its range apart (nearly always none) rather than joining every row.
+# imported event keeps the ledger that recorded it first as its origin, and its seq
+# there (event_origins): a batch reads those of its range apart (nearly always none)
+# rather than joining every row.
 LOCAL_BATCH = ("SELECT seq, stream, type, schema_version, idempotency_key, content_hash, occurred_at, recorded_at,"
                " source, source_path, source_position, CAST(payload AS BLOB) FROM events"
                " WHERE seq > ? ORDER BY seq LIMIT ?")
-ORIGINS = "SELECT seq, origin FROM event_origins WHERE seq > ? AND seq <= ?"
+ORIGINS = "SELECT seq, origin, origin_seq FROM event_origins WHERE seq > ? AND seq <= ?"
 # JSONB refuses a NUL character in a string, and a lone surrogate: such a payload keeps
 # its exact text in payload_text, and its JSONB has U+FFFD in their places, so that the
 # projections and views still read it. A false alarm only stores the text twice.
@@ -51,11 +52,11 @@ _UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
 # them itself) makes that COPY fail on a unique key; that transaction is rolled back
 # and the batch goes the slow way: COPY into a staging table, then one INSERT ... ON
 # CONFLICT DO NOTHING. The fast way saves a third of the server's work per event.
-COLUMNS = ("ledger_id, seq, origin, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
+COLUMNS = ("ledger_id, seq, origin, origin_seq, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
            " recorded_at, source, source_path, source_position, payload, payload_text")
 # jsonb travels in binary COPY as a version byte (1) and the JSON text: declared as
 # bytea here, so that psycopg sends those bytes as they are and the server parses them once
-COPY_TYPES = ["uuid", "int8", "uuid", "text", "text", "text", "int4", "text", "text", "timestamptz", "text", "text",
+COPY_TYPES = ["uuid", "int8", "uuid", "int8", "text", "text", "text", "int4", "text", "text", "timestamptz", "text", "text",
               "text", "bytea", "text"]
 STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (LIKE agentledger.events INCLUDING DEFAULTS)"
            " ON COMMIT DELETE ROWS")
@@ -68,17 +69,19 @@ RESOLVING = ["iteration.recorded", "historical.recorded", "hook_outcomes.recorde
              "artifact.recorded", "file.removed", "annotation.recorded"]
 # Each step with the event types it reads: a batch without any of them skips it.
 PROJECT = (
-    # the most recent score of each iteration
+    # the most recent score of each iteration (a score's payload is compressed: read once
+    # by jsonb_to_record, not decompressed again for each ->>)
     ({"score.computed"},
      """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
            inputs_hash, scored_at, seq)
-       SELECT DISTINCT ON (e.source, (e.payload->>'iteration')::integer) e.ledger_id, e.source,
-              (e.payload->>'iteration')::integer, e.payload->>'rubric_version', (e.payload->>'scored')::boolean,
-              CASE WHEN jsonb_typeof(e.payload->'value') = 'number' THEN (e.payload->>'value')::double precision END,
-              e.payload->>'band', e.payload->>'inputs_hash', e.recorded_at, e.seq
-       FROM agentledger.events e
+       SELECT DISTINCT ON (e.source, p.iteration) e.ledger_id, e.source, p.iteration, p.rubric_version, p.scored,
+              CASE WHEN jsonb_typeof(p.value) = 'number' THEN p.value::double precision END,
+              p.band, p.inputs_hash, e.recorded_at, e.seq
+       FROM agentledger.events e, jsonb_to_record(e.payload) AS p(iteration integer, rubric_version text,
+                                                                  scored boolean, value jsonb, band text,
+                                                                  inputs_hash text)
        WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'score.computed'
-       ORDER BY e.source, (e.payload->>'iteration')::integer, e.seq DESC
+       ORDER BY e.source, p.iteration, e.seq DESC
        ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET rubric_version = excluded.rubric_version,
            scored = excluded.scored, value = excluded.value, band = excluded.band,
            inputs_hash = excluded.inputs_hash, scored_at = excluded.scored_at, seq = excluded.seq
@@ -264,7 +267,7 @@ class Shipper:
     def _pass(self, report: ShipReport, free: queue.Queue, max_batches: int | None) -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-        def send(rows: list[tuple], origins: dict[int, str], after: int) -> int:
+        def send(rows: list[tuple], origins: dict[int, tuple], after: int) -> int:
             pg = free.get()
             try:
                 return self._send(pg, rows, origins, after)
@@ -281,7 +284,8 @@ class Shipper:
                     rows = self.local.execute(LOCAL_BATCH, (after, self.dest.batch)).fetchall()
                     if not rows:
                         break
-                    origins = dict(self.local.execute(ORIGINS, (after, rows[-1][0])).fetchall())
+                    origins = {seq: (uuid.UUID(origin), origin_seq) for seq, origin, origin_seq
+                               in self.local.execute(ORIGINS, (after, rows[-1][0]))}
                     inflight[pool.submit(send, rows, origins, after)] = (after, rows[-1][0], len(rows))
                     after, dispatched = rows[-1][0], dispatched + 1
                 if not inflight:
@@ -308,7 +312,7 @@ class Shipper:
         if failure is not None:
             raise failure
 
-    def _send(self, pg, rows: list[tuple], origins: dict[int, str], after: int) -> int:
+    def _send(self, pg, rows: list[tuple], origins: dict[int, tuple], after: int) -> int:
         """One server transaction: the batch's events, then (one batch at a time per
         ledger) the projections and the ledger's progress. Returns how many events
         the server did not hold yet."""
@@ -330,9 +334,10 @@ class Shipper:
             self._project(cur, ids, rows)
         return new
 
-    def _copy(self, cur, table: str, rows: list[tuple], origins: dict[int, str]) -> None:
-        """``origins``: the events this ledger imported, by seq, with the ledger that recorded them."""
-        ledger, unfit, instant = self.ledger_uuid, _UNFIT_FOR_JSONB.search, _instant
+    def _copy(self, cur, table: str, rows: list[tuple], origins: dict[int, tuple]) -> None:
+        """``origins``: the events this ledger imported, by seq: the ledger that recorded
+        them and their seq there (None when the import did not know it)."""
+        own, unfit, instant = (self.ledger_uuid, None), _UNFIT_FOR_JSONB.search, _instant
         with cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(COPY_TYPES)
             for seq, stream, type_, version, key, hash_, occurred, recorded, source, path, position, payload in rows:
@@ -342,8 +347,9 @@ class Shipper:
                 except ValueError:  # only an imported ledger could hold one
                     raise CentralError(f"{self.dest.label}: event {seq} has recorded_at {recorded!r},"
                                        " which is not an ISO 8601 time") from None
-                copy.write_row((ledger, seq, uuid.UUID(origins[seq]) if origins and seq in origins else ledger, key,
-                                stream, type_, version, hash_, occurred, at, source, path, position,
+                origin, origin_seq = origins.get(seq, own) if origins else own
+                copy.write_row((own[0], seq, origin, origin_seq, key, stream, type_, version, hash_, occurred, at,
+                                source, path, position,
                                 _JSONB_V1 + (payload if exact is None else _fit_for_jsonb(exact)), exact))
 
     @staticmethod

@@ -26,13 +26,18 @@ SCORE_COLUMNS = ("source", "iteration", "session_id", "task_id", "rubric_version
 
 def event_lines(conn: sqlite3.Connection, after: int = 0, types: Iterable[str] = ()) -> Iterator[str]:
     """Events with ``seq > after`` in order, one JSON object per line (no newline). Each
-    names the ledger that recorded it first (``ledger``), so an import keeps it."""
+    names the ledger that recorded it first (``ledger``) and its seq there
+    (``origin_seq``), so an import keeps both."""
     from ..store.events import rows
 
     own = conn.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
-    origins = dict(conn.execute("SELECT seq, origin FROM event_origins WHERE seq > ?", (after,)))
+    origins = {seq: (origin, origin_seq) for seq, origin, origin_seq in conn.execute(
+        "SELECT seq, origin, origin_seq FROM event_origins WHERE seq > ?", (after,))}
     for r in rows(conn, after=after, types=tuple(types)):
-        obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}, "ledger": origins.get(r["seq"], own)}
+        ledger, origin_seq = origins.get(r["seq"], (own, r["seq"]))
+        obj = {"format": EXPORT_FORMAT, **{c: r[c] for c in EVENT_COLUMNS}, "ledger": ledger}
+        if origin_seq is not None:  # unknown for an event imported from an export that had none
+            obj["origin_seq"] = origin_seq
         # the stored text, embedded as JSON (not re-serialised: byte-stable across versions)
         yield json.dumps(obj, ensure_ascii=False)[:-1] + _MARK + r["payload"] + "}"
 
@@ -91,8 +96,9 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
             projector = Projector(conn)
             projector.prefetch_trials(pending)
             fresh = append_many(conn, pending)
-            conn.executemany("INSERT INTO event_origins (seq, origin) VALUES (?, ?)",
-                             [(ev.seq, ev.extra["origin"]) for ev in fresh if ev.extra.get("origin") not in (None, own)])
+            conn.executemany("INSERT INTO event_origins (seq, origin, origin_seq) VALUES (?, ?, ?)",
+                             [(ev.seq, ev.extra["origin"], ev.extra["origin_seq"]) for ev in fresh
+                              if ev.extra.get("origin") not in (None, own)])
             for ev in fresh:
                 projector.apply(ev)
             projector.flush()
@@ -109,12 +115,15 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
             if obj["type"] not in CURRENT:
                 raise ImportError_(f"line {n}: event type {obj['type']!r} is unknown to this version")
             stored = _payload_text(line, obj["payload"])
+            origin_seq = obj.get("origin_seq")
+            if origin_seq is not None and (type(origin_seq) is not int or origin_seq < 1):
+                raise ValueError(f"origin_seq must be a positive integer, not {origin_seq!r}")
             ev = Event(obj["type"], obj["stream"], obj["source"], obj["idempotency_key"],
                        upcast(obj["type"], obj["schema_version"], obj["payload"]),
                        content_hash=obj["content_hash"], source_path=obj.get("source_path"),
                        source_position=obj.get("source_position"), occurred_at=obj.get("occurred_at"),
                        schema_version=obj["schema_version"], recorded_at=obj["recorded_at"],
-                       extra={"json": stored, "origin": obj.get("ledger")})
+                       extra={"json": stored, "origin": obj.get("ledger"), "origin_seq": origin_seq})
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ImportError_):
                 raise
