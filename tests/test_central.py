@@ -444,6 +444,44 @@ def test_the_daemon_ships_as_it_goes_and_outlives_the_server_and_the_network(pg,
             pg.start()
 
 
+def test_the_daemon_holds_one_connection_for_a_small_batch_and_none_when_idle(pg, tmp_path: Path,
+                                                                             make_repo) -> None:
+    """A team's server has connection slots for every machine: a daemon with little to
+    send uses one connection (not ``connections``), and none once it has had nothing
+    to send for ``idle_seconds``; the next iteration still arrives."""
+    import psycopg
+
+    from .test_daemon import RECORD, log_of, running
+
+    url = pg.create_database("idle")
+    log = log_of(tmp_path, 30)
+    db = tmp_path / "l.sqlite"
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[[ship]]\nurl = "{url}"\nconnections = 2\nidle_seconds = 3\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{make_repo().path}"\n')
+
+    def scored(n: int) -> bool:
+        try:
+            return any(e[2] == "score.computed" and e[3]["iteration"] == n for e in central_events(url, ledger_id(db)))
+        except psycopg.Error:  # the schema is not there yet
+            return False
+
+    with psycopg.connect(url, autocommit=True) as c, running(tmp_path, cfg) as (proc, notify):
+        def held() -> int:
+            return c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                             " AND application_name = 'agentledger'").fetchone()[0]
+
+        notify.wait_for("READY=1", timeout=60)
+        assert wait_until(lambda: scored(30), timeout=60)
+        assert held() <= 1
+        assert wait_until(lambda: held() == 0, timeout=30)
+        (log / "iter-31.yaml").write_text(RECORD.format(n=31, r=0))
+        assert wait_until(lambda: scored(31), timeout=30)
+        assert held() <= 1
+        assert wait_until(lambda: held() == 0, timeout=30) and proc.poll() is None
+        assert_exactly_the_union(url, [db])
+
+
 def rollbacks(url: str) -> int:
     """Transactions rolled back in that database so far, read once no other session is
     left in it (a backend reports its counts before it leaves pg_stat_activity)."""

@@ -122,6 +122,7 @@ class ShipDestination:
     batch: int = 5000  # events per transaction on the server
     connections: int = 2  # batches in flight at once, each on its own server connection
     stall_seconds: int = 120  # a pass that confirms no batch for this long is cut off and retried
+    idle_seconds: int = 60  # the daemon closes its server connections after this long with nothing to send
 
     @property
     def label(self) -> str:
@@ -353,11 +354,11 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
                   ship=_destinations(data, origin), **parts)
 
 
-_SHIP_LIMITS = {"batch": 1_000_000, "connections": 16, "stall_seconds": 86400}  # each from 1
+_SHIP_LIMITS = {"batch": 1_000_000, "connections": 16, "stall_seconds": 86400, "idle_seconds": 86400}  # from 1
 
 
 def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
-    """``[[ship]]``: url (postgresql://…), optional name, batch, connections, stall_seconds."""
+    """``[[ship]]``: url (postgresql://…), optional name and the numbers in _SHIP_LIMITS."""
     items = data.get("ship", [])
     if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
         raise ConfigError(f"{origin}: ship must be an array of tables ([[ship]])")
@@ -366,8 +367,8 @@ def _destinations(data: dict, origin: str) -> tuple[ShipDestination, ...]:
         unknown = sorted(set(item) - {"url", "name", *_SHIP_LIMITS})
         url = item.get("url")
         if unknown or not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, batch,"
-                              " connections, stall_seconds)"
+            raise ConfigError(f"{origin}: each [[ship]] needs url = \"postgresql://…\" (and optionally name, "
+                              f"{', '.join(_SHIP_LIMITS)})"
                               + (f"; unknown key(s): {', '.join(unknown)}" if unknown else ""))
         numbers = {}  # those given; ShipDestination has the defaults
         for key, top in _SHIP_LIMITS.items():

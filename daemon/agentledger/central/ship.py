@@ -52,12 +52,12 @@ _UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
 # them itself) makes that COPY fail on a unique key; that transaction is rolled back
 # and the batch goes the slow way: COPY into a staging table, then one INSERT ... ON
 # CONFLICT DO NOTHING. The fast way saves a third of the server's work per event.
-COLUMNS = ("ledger_id, seq, origin, origin_seq, idempotency_key, stream, type, schema_version, content_hash, occurred_at,"
-           " recorded_at, source, source_path, source_position, payload, payload_text")
+COLUMNS = ("ledger_id, seq, origin, origin_seq, idempotency_key, stream, type, schema_version, content_hash,"
+           " occurred_at, recorded_at, source, source_path, source_position, payload, payload_text")
 # jsonb travels in binary COPY as a version byte (1) and the JSON text: declared as
 # bytea here, so that psycopg sends those bytes as they are and the server parses them once
-COPY_TYPES = ["uuid", "int8", "uuid", "int8", "text", "text", "text", "int4", "text", "text", "timestamptz", "text", "text",
-              "text", "bytea", "text"]
+COPY_TYPES = ["uuid", "int8", "uuid", "int8", "text", "text", "text", "int4", "text", "text", "timestamptz", "text",
+              "text", "text", "bytea", "text"]
 STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (LIKE agentledger.events INCLUDING DEFAULTS)"
            " ON COMMIT DELETE ROWS")
 INSERT = (f"INSERT INTO agentledger.events ({COLUMNS}) SELECT {COLUMNS} FROM ship_staging ORDER BY seq"
@@ -172,8 +172,10 @@ def cursor_of(local: sqlite3.Connection, destination: str) -> int:
 
 
 class Shipper:
-    """Ships one local ledger to one destination over ``dest.connections`` server
-    connections, kept between passes.
+    """Ships one local ledger to one destination over up to ``dest.connections``
+    server connections, opened as a pass's backlog needs them and kept between
+    passes until ``close`` (the daemon closes them after ``dest.idle_seconds``
+    with nothing to send, so that a team's idle machines hold no server connection).
 
     Batches are read in seq order here and sent on the connections at once, so the
     server inserts several batches in parallel. Each transaction then
@@ -202,16 +204,17 @@ class Shipper:
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
 
-    def _servers(self) -> list:
-        """The open connections (made, and the schema brought up to date, when needed)."""
-        if len(self.pgs) == self.dest.connections and not any(pg.closed or pg.broken for pg in self.pgs):
-            return self.pgs
-        self.close()
+    def _servers(self, want: int) -> list:
+        """At least ``want`` open connections (up to ``dest.connections``), made when
+        needed; the first one brings the schema up to date and registers the ledger.
+        A pass with one batch to send (the daemon's usual one) holds one connection."""
+        if any(pg.closed or pg.broken for pg in self.pgs):
+            self.close()
         try:
-            for k in range(self.dest.connections):
+            while len(self.pgs) < min(want, self.dest.connections):
                 pg = connect(self.dest.url)
                 self.pgs.append(pg)
-                if k == 0:
+                if len(self.pgs) == 1:
                     schema.migrate(pg)
                     pg.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, %s, %s)"
                                " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host",
@@ -235,7 +238,10 @@ class Shipper:
         watch.start()
         try:
             free: queue.Queue = queue.Queue()
-            for pg in self._servers():  # even with nothing to send: a wrong URL or password is said now
+            top = self.local.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+            batches = -(-(top - report.cursor) // self.dest.batch)  # at most: seqs may have gaps
+            # even with nothing to send, one connection: a wrong URL or password is said now
+            for pg in self._servers(max(1, min(batches, max_batches or batches))):
                 free.put(pg)
             self._pass(report, free, max_batches)
         except psycopg.Error as exc:

@@ -4,14 +4,17 @@ destination soon after they are committed, on a thread of their own.
 Why a thread: a team ledger that is slow, down or behind a dead network must
 never hold up watching, scoring or the systemd watchdog. The thread has its own
 SQLite connection (it reads events and writes only its cursors) and its own
-server connection; the main loop only nudges it after a step that appended
+server connections; the main loop only nudges it after a step that appended
 events. Once a second it also compares the ledger's last seq with its cursors,
 so events committed by another process (the close-task hook) follow as soon.
 
-A destination that fails is logged once when it goes down and once when it
-comes back; in between it is retried with the daemon's backoff (0.5 s doubling
-to 60 s) while everything else goes on. Nothing is lost meanwhile: the cursor
-only moves after the server has committed, and the server ignores what it has.
+The server connections are closed once a destination has had nothing to send
+for ``idle_seconds``: a server's connection slots are shared by the whole team,
+and an idle machine should not hold any. A destination that fails is logged
+once when it goes down and once when it comes back; in between it is retried
+with the daemon's backoff (0.5 s doubling to 60 s) while everything else goes
+on. Nothing is lost meanwhile: the cursor only moves after the server has
+committed, and the server ignores what it has.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class _State:
     failures: int = 0
     retry_at: float = 0.0
     down_since: float | None = None
+    sent_at: float = 0.0  # when a turn last had something to send (see _close_idle)
 
 
 class ShipLoop:
@@ -74,6 +78,7 @@ class ShipLoop:
                     if self.stopping.is_set():
                         break
                     if time.monotonic() < st.retry_at or cursor_of(conn, st.dest.label) >= top:
+                        self._close_idle(st)
                         continue
                     if self._turn(conn, st):
                         self.wake.set()  # more to send: come back at once, after the others
@@ -83,11 +88,19 @@ class ShipLoop:
                     st.shipper.close()  # type: ignore[attr-defined]
             conn.close()
 
+    @staticmethod
+    def _close_idle(st: _State) -> None:
+        shipper = st.shipper
+        if shipper is not None and shipper.pgs and time.monotonic() - st.sent_at > st.dest.idle_seconds:  # type: ignore[attr-defined]
+            shipper.close()  # type: ignore[attr-defined]
+            log.debug("idle: server connections closed", destination=st.dest.label)
+
     def _turn(self, conn, st: _State) -> bool:
         """Up to BATCHES_PER_TURN batches to one destination; True when more remain."""
         from ..central.connect import CentralError
         from ..central.ship import Shipper
 
+        st.sent_at = time.monotonic()
         try:
             if st.shipper is None:
                 st.shipper = Shipper(conn, st.dest, name=self.cfg.ledger.name)
