@@ -90,8 +90,8 @@ class ShipLoop:
 
     @staticmethod
     def _close_idle(st: _State) -> None:
-        shipper = st.shipper
-        if shipper is not None and shipper.pgs and time.monotonic() - st.sent_at > st.dest.idle_seconds:  # type: ignore[attr-defined]
+        shipper, idle = st.shipper, time.monotonic() - st.sent_at > st.dest.idle_seconds
+        if shipper is not None and idle and shipper.pgs:  # type: ignore[attr-defined]
             shipper.close()  # type: ignore[attr-defined]
             log.debug("idle: server connections closed", destination=st.dest.label)
 
