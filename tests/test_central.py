@@ -305,6 +305,65 @@ def test_wrong_input_is_one_clear_line_and_local_work_goes_on(pg, tmp_path: Path
     assert_exactly_the_union(good, [db])
 
 
+def test_two_ledgers_with_one_id_stop_the_pass_instead_of_losing_events(pg, tmp_path: Path) -> None:
+    """A ledger file copied to a second machine (a machine image) keeps its id: both then
+    number new, different events with the same seqs. The second to ship must not see
+    its events dropped as "already there": one line, exit 1, its cursor unmoved,
+    nothing of it on the server; the first machine is unaffected. ``central new-id``
+    then gives the copy an id of its own: the events from before the copy stay the
+    first machine's, the copy's own arrive under its new id, none twice."""
+    import shutil
+
+    import psycopg
+    from agentledger.central.ship import Shipper
+    from agentledger.config import ShipDestination
+    from agentledger.store.db import connect as open_ledger
+
+    url = pg.create_database("clone")
+    a, _ = machine(tmp_path / "a", 10, seed=1)
+    b = tmp_path / "b.sqlite"
+    shutil.copy(a, b)  # the image: both start from the same ledger
+    shared = len(local_events(b))
+    _, a_more = machine(tmp_path / "a-more", 15, seed=2)
+    _, b_more = machine(tmp_path / "b-more", 15, seed=3)
+    assert run_cli("ingest", *a_more[:4], "--db", str(a))[0] == 0
+    assert run_cli("ingest", *b_more[:4], "--db", str(b))[0] == 0
+    assert ledger_id(a) == ledger_id(b)
+    assert ship(url, a).returncode == 0
+    with psycopg.connect(url) as c:
+        held = c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0]
+    proc = ship(url, b)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "other events under this ledger's id" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    with sqlite3.connect(b) as c:
+        assert c.execute("SELECT count(*) FROM ship_cursors WHERE last_seq > 0").fetchone()[0] == 0
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0] == held
+    assert_exactly_the_union(url, [a])
+    # the way out: a new id for b; what the server holds under the old id stays a's
+    out = run_cli("central", "new-id", url, "--db", str(b), "--json")
+    assert out[0] == 0, out
+    done = json.loads(out[1])
+    assert done["old"] == ledger_id(a) and done["new"] == ledger_id(b) != ledger_id(a) and done["kept"] == shared
+    assert ship(url, a).returncode == 0
+    # a shipper made before the new id (the daemon's) follows it at its next pass
+    local = open_ledger(b, create=False)
+    shipper = Shipper(local, ShipDestination(url))
+    shipper.ledger_id, shipper.ledger_uuid = done["old"], uuid.UUID(done["old"])  # as it was when made
+    try:
+        assert shipper.ship().new == len(local_events(b)) - shared
+    finally:
+        shipper.close()
+        local.close()
+    mine = [e for e in local_events(b) if e[-2] == ledger_id(b)]
+    assert [e[0] for e in mine] == [e[0] for e in local_events(b)][shared:]  # the events after the copy
+    assert central_events(url, ledger_id(b)) == mine
+    assert central_events(url, ledger_id(a)) == local_events(a)  # nothing of b's under a's id
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT count(*) FROM agentledger.events").fetchone()[0] == held + len(mine)
+
+
 def test_an_imported_event_with_an_unreadable_time_is_one_clear_line(pg, tmp_path: Path) -> None:
     """An export edited by hand can carry a recorded_at the server cannot hold: the
     pass ends with one line naming the event, and its batch is not confirmed."""

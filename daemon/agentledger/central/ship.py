@@ -63,6 +63,12 @@ STAGING = ("CREATE TEMP TABLE IF NOT EXISTS ship_staging (LIKE agentledger.event
 INSERT = (f"INSERT INTO agentledger.events ({COLUMNS}) SELECT {COLUMNS} FROM ship_staging ORDER BY seq"
           " ON CONFLICT DO NOTHING")
 _JSONB_V1 = b"\x01"
+# A batch the server holds in part must hold the same events at those seqs. Other events
+# there mean that two ledgers have one id (a ledger file copied with a machine image) or
+# that this ledger was restored from an older copy and has given those seqs to new
+# events: ON CONFLICT would drop these events without a word, so the pass stops instead.
+CLASH = ("SELECT count(*), min(s.seq), max(s.seq) FROM ship_staging s JOIN agentledger.events e"
+         " ON e.ledger_id = s.ledger_id AND e.seq = s.seq WHERE e.idempotency_key <> s.idempotency_key")
 
 # event types that resolve a file's open quarantine (as the local projections do)
 RESOLVING = ["iteration.recorded", "historical.recorded", "hook_outcomes.recorded", "labels.recorded",
@@ -231,6 +237,9 @@ class Shipper:
         confirmed before stays confirmed."""
         import psycopg
 
+        if (lid := ledger_identity(self.local)) != self.ledger_id:  # `central new-id` ran meanwhile
+            self.ledger_id, self.ledger_uuid = lid, uuid.UUID(lid)
+            self.close()  # the next connection registers the ledger under its new id
         report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
         self.progress_at, self.stalled = time.monotonic(), False
         done = threading.Event()
@@ -337,6 +346,14 @@ class Shipper:
             self._copy(cur, "ship_staging", rows, origins)
             cur.execute(INSERT)
             new = cur.rowcount
+            if new < len(rows):
+                clashes, first, last = cur.execute(CLASH).fetchone()
+                if clashes:
+                    raise CentralError(
+                        f"{self.dest.label}: the server holds other events under this ledger's id ({self.ledger_id})"
+                        f" at {clashes} of the seqs {first}-{last}: another ledger has the same id (a copied ledger"
+                        " file?) or this one was restored from an older copy; nothing was shipped (docs/team.md:"
+                        " \"Two ledgers, one id\")")
             self._project(cur, ids, rows)
         return new
 

@@ -1,5 +1,6 @@
 """The team ledger from the command line: ``ship`` (one pass, for cron, CI runners or
-the end of a close-task hook), ``central init`` and ``central status``. ``query
+the end of a close-task hook), ``central init``, ``central status`` and ``central
+new-id``. ``query
 --central`` lives with ``query`` (``read.py``) and borrows ``destination`` from here.
 Everything here imports psycopg only through ``central/``, and only when called.
 """
@@ -19,8 +20,11 @@ def add_commands(cmd) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ship)
 
-    p = cmd("central", "The team ledger (PostgreSQL): create or upgrade its schema, or list the ledgers it holds.")
-    p.add_argument("action", choices=("init", "status"), help="init: create/upgrade the schema; status: its ledgers")
+    p = cmd("central", "The team ledger (PostgreSQL): create or upgrade its schema, list the ledgers it holds, or"
+                       " give this ledger a new id when another ledger has the same one.")
+    p.add_argument("action", choices=("init", "status", "new-id"),
+                   help="init: create/upgrade the schema; status: its ledgers; new-id: a new id for this ledger"
+                        " (its events the server holds under the old id stay the old ledger's)")
     p.add_argument("url", nargs="?", help="PostgreSQL URL (default: the one [[ship]] entry)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_central)
@@ -74,6 +78,8 @@ def cmd_central(args: argparse.Namespace) -> int:
     from ..central import connect, schema
 
     dest = destination(args, args.url)
+    if args.action == "new-id":
+        return _new_id(args, dest)
     try:
         with connect.session(dest.url, label=dest.label) as pg:
             if args.action == "init":
@@ -96,4 +102,30 @@ def cmd_central(args: argparse.Namespace) -> int:
     except connect.CentralError as exc:
         raise Failure(str(exc)) from None
     print(json.dumps(result, indent=2) if args.json else text)
+    return EXIT_OK
+
+
+def _new_id(args: argparse.Namespace, dest) -> int:
+    from ..central import connect, schema
+    from ..central.identity import new_identity
+    from ..store.db import connect as open_ledger
+
+    cfg = load_config(args)
+    if not cfg.store.path.is_file():
+        raise Failure(f"no ledger at {cfg.store.path}")
+    local = open_ledger(cfg.store.path, create=False)
+    try:
+        with connect.session(dest.url, label=dest.label, read_only=True) as pg:
+            if schema.current_version(pg) is None:
+                raise Failure(f"{dest.label}: no team ledger here yet: nothing to keep, and no need for a new id")
+            done = new_identity(local, pg)
+    except connect.CentralError as exc:
+        raise Failure(str(exc)) from None
+    finally:
+        local.close()
+    if args.json:
+        print(json.dumps({"destination": dest.label, **vars(done)}, indent=2))
+    else:
+        print(f"central: this ledger is now {done.new} (was {done.old}); {done.kept} of its events are on"
+              f" {dest.label} under the old id and stay that ledger's; `agentledger ship` sends the rest")
     return EXIT_OK
