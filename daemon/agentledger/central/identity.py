@@ -13,6 +13,7 @@ been shipped under the new id yet.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from dataclasses import dataclass
@@ -29,31 +30,24 @@ class NewIdentity:
 
 def new_identity(local: sqlite3.Connection, pg) -> NewIdentity:
     """Give ``local`` a new id, reading from the team ledger ``pg`` which of its events
-    the old id's ledger recorded. One local transaction; nothing on the server changes."""
-    from ..store.db import write_transaction
-
+    the old id's ledger recorded. Call it inside one local write transaction (the
+    caller's: ``store.db.write_transaction``); nothing on the server changes."""
     old = local.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
     new, kept, after = str(uuid.uuid4()), 0, 0
-    with write_transaction(local):
-        while True:  # a page of the server's events under the old id at a time: memory stays flat
-            page = pg.execute("SELECT seq, idempotency_key FROM agentledger.events WHERE ledger_id = %s AND seq > %s"
-                              " ORDER BY seq LIMIT %s", (old, after, PAGE)).fetchall()
-            if not page:
-                break
-            after = page[-1][0]
-            same = local.execute(
-                "SELECT e.seq FROM events e JOIN json_each(?) s ON e.seq = s.value ->> 0"
-                " AND e.idempotency_key = s.value ->> 1 WHERE e.seq NOT IN (SELECT seq FROM event_origins)",
-                (_json(page),)).fetchall()
-            local.executemany("INSERT INTO event_origins (seq, origin, origin_seq) VALUES (?, ?, ?)",
-                              [(seq, old, seq) for (seq,) in same])
-            kept += len(same)
-        local.execute("UPDATE ledger_identity SET ledger_id = ?", (new,))
-        local.execute("DELETE FROM ship_cursors")
+    while True:  # a page of the server's events under the old id at a time: memory stays flat
+        page = pg.execute("SELECT seq, idempotency_key FROM agentledger.events WHERE ledger_id = %s AND seq > %s"
+                          " ORDER BY seq LIMIT %s", (old, after, PAGE)).fetchall()
+        if not page:
+            break
+        after = page[-1][0]
+        same = local.execute(
+            "SELECT e.seq FROM events e JOIN json_each(?) s ON e.seq = s.value ->> 0"
+            " AND e.idempotency_key = s.value ->> 1 WHERE e.seq NOT IN (SELECT seq FROM event_origins)",
+            (json.dumps([[seq, key] for seq, key in page]),)).fetchall()
+        local.executemany("INSERT INTO event_origins (seq, origin, origin_seq) VALUES (?, ?, ?)",
+                          [(seq, old, seq) for (seq,) in same])
+        kept += len(same)
+    local.execute("UPDATE ledger_identity SET ledger_id = ?", (new,))
+    local.execute("DELETE FROM ship_cursors")
     return NewIdentity(old, new, kept)
 
-
-def _json(rows: list[tuple]) -> str:
-    import json
-
-    return json.dumps([[seq, key] for seq, key in rows])

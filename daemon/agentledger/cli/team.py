@@ -109,6 +109,7 @@ def _new_id(args: argparse.Namespace, dest) -> int:
     from ..central import connect, schema
     from ..central.identity import new_identity
     from ..store.db import connect as open_ledger
+    from ..store.db import write_transaction
 
     cfg = load_config(args)
     if not cfg.store.path.is_file():
@@ -118,7 +119,8 @@ def _new_id(args: argparse.Namespace, dest) -> int:
         with connect.session(dest.url, label=dest.label, read_only=True) as pg:
             if schema.current_version(pg) is None:
                 raise Failure(f"{dest.label}: no team ledger here yet: nothing to keep, and no need for a new id")
-            done = new_identity(local, pg)
+            with write_transaction(local):
+                done = new_identity(local, pg)
     except connect.CentralError as exc:
         raise Failure(str(exc)) from None
     finally:
