@@ -1,7 +1,7 @@
 """The team ledger from the command line: ``ship`` (one pass, for cron, CI runners or
 the end of a close-task hook), ``central init``, ``central status`` and ``central
-new-id``. ``query
---central`` lives with ``query`` (``read.py``) and borrows ``destination`` from here.
+new-id``. ``query --central`` lives with ``query`` (``read.py``) and borrows
+``destination`` from here.
 Everything here imports psycopg only through ``central/``, and only when called.
 """
 
