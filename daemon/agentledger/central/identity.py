@@ -18,6 +18,8 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 
+from .ship import ledger_identity
+
 PAGE = 10_000
 
 
@@ -32,7 +34,7 @@ def new_identity(local: sqlite3.Connection, pg) -> NewIdentity:
     """Give ``local`` a new id, reading from the team ledger ``pg`` which of its events
     the old id's ledger recorded. Call it inside one local write transaction (the
     caller's: ``store.db.write_transaction``); nothing on the server changes."""
-    old = local.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
+    old = ledger_identity(local)
     new, kept, after = str(uuid.uuid4()), 0, 0
     while True:  # a page of the server's events under the old id at a time: memory stays flat
         page = pg.execute("SELECT seq, idempotency_key FROM agentledger.events WHERE ledger_id = %s AND seq > %s"
