@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import default_store_path
+from .redact import redact_url, strip_password
 
 DEFAULT_RUBRIC = "2.1.0"
 DEFAULT_TRUNK = "master"
@@ -126,15 +127,14 @@ class ShipDestination:
 
     @property
     def label(self) -> str:
+        """How people see it, and the key of its cursor: the name, else the URL without
+        its password (adding, changing or removing the password keeps the cursor)."""
+        return self.name or strip_password(self.url)
+
+    @property
+    def legacy_label(self) -> str:
+        """The cursor key a release before 2026-11 wrote: the URL with ``***`` for its password."""
         return self.name or redact_url(self.url)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs, errors and cursors)."""
-    import re
-
-    url = re.sub(r"^([a-z][a-z0-9+.-]*://[^/@:]*):[^@/]*@", r"\1:***@", url, flags=re.I)
-    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Connections to the team ledger, and what their failures mean to a person.
 
 Credentials come from the URL, the ``PG*`` environment variables or a password
-file (libpq reads those itself); they are never logged: every message names the
-server by its URL with the password replaced (``config.redact_url``).
+file (libpq reads those itself); they are never printed: every message names the
+server by its URL without the password, and whatever libpq says is scrubbed of the
+URL's password before it is shown (libpq repeats a malformed URL whole, or quotes a
+piece of it: ``config.scrub``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..config import redact_url
+from ..redact import scrub, strip_password
 
 CONNECT_TIMEOUT = 10  # seconds, unless the URL says otherwise
 # Over TCP, a peer that vanished mid-transaction (a dead route, a dropped NAT entry) would
@@ -45,7 +47,7 @@ def connect(url: str, *, autocommit: bool = False, application: str = "agentledg
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:
-        raise CentralError(f"{redact_url(url)}: {describe(exc)}") from None
+        raise CentralError(scrub(f"{strip_password(url)}: {describe(exc)}", url)) from None
 
 
 @contextmanager
@@ -62,7 +64,7 @@ def session(url: str, *, label: str = "", read_only: bool = False) -> Iterator:
         yield pg
         pg.commit()
     except psycopg.Error as exc:
-        raise CentralError(f"{label or redact_url(url)}: {describe(exc)}") from None
+        raise CentralError(scrub(f"{label or strip_password(url)}: {describe(exc)}", url)) from None
     finally:
         pg.close()
 

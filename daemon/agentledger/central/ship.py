@@ -11,9 +11,12 @@ ledger, its own small transaction). A crash anywhere in between makes the next
 pass send the same batch again, which changes nothing on the server: exactly once
 in effect, which the tests check by killing the shipper at random moments.
 
-Projections follow the events by seq: each row remembers the seq of the event it
-reflects and is replaced only by a later one, so re-applying a batch, or a batch
-arriving after a later one, leaves them as they were.
+Projections follow the events by seq (``projection.py``: a server function that
+each row remembers the seq of the event it reflects and is replaced only by a
+later one), so re-applying a batch, or a batch arriving after a later one, leaves
+them as they were. The server decides what a shipper may write: the events
+table's trigger and the functions it calls refuse a ledger id that is not the
+connected machine role's (central migration 4).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..config import ShipDestination
+from ..redact import scrub
 from . import schema
 from .connect import CentralError, connect, describe
+from .projection import project
 
 # The payload comes as bytes: it goes to the server as they are (see COPY_TYPES). An
 # imported event keeps the ledger that recorded it first as its origin, and its seq
@@ -70,94 +75,6 @@ _JSONB_V1 = b"\x01"
 CLASH = ("SELECT count(*), min(s.seq), max(s.seq) FROM ship_staging s JOIN agentledger.events e"
          " ON e.ledger_id = s.ledger_id AND e.seq = s.seq WHERE e.idempotency_key <> s.idempotency_key")
 
-# event types that resolve a file's open quarantine (as the local projections do)
-RESOLVING = ["iteration.recorded", "historical.recorded", "hook_outcomes.recorded", "labels.recorded",
-             "artifact.recorded", "file.removed", "annotation.recorded"]
-# Each step with the event types it reads: a batch without any of them skips it.
-PROJECT = (
-    # the most recent score of each iteration (a score's payload is compressed: read once
-    # by jsonb_to_record, not decompressed again for each ->>)
-    ({"score.computed"},
-     """INSERT INTO agentledger.score_latest AS t (ledger_id, source, iteration, rubric_version, scored, value, band,
-           inputs_hash, scored_at, seq)
-       SELECT DISTINCT ON (e.source, p.iteration) e.ledger_id, e.source, p.iteration, p.rubric_version, p.scored,
-              CASE WHEN jsonb_typeof(p.value) = 'number' THEN p.value::double precision END,
-              p.band, p.inputs_hash, e.recorded_at, e.seq
-       FROM agentledger.events e, jsonb_to_record(e.payload) AS p(iteration integer, rubric_version text,
-                                                                  scored boolean, value jsonb, band text,
-                                                                  inputs_hash text)
-       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'score.computed'
-       ORDER BY e.source, p.iteration, e.seq DESC
-       ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET rubric_version = excluded.rubric_version,
-           scored = excluded.scored, value = excluded.value, band = excluded.band,
-           inputs_hash = excluded.inputs_hash, scored_at = excluded.scored_at, seq = excluded.seq
-       WHERE excluded.seq > t.seq"""),
-    # iterations: a dedicated record beats the archive's; among equals the later one
-    ({"iteration.recorded", "historical.recorded"},
-     """INSERT INTO agentledger.iterations AS t (ledger_id, source, iteration, kind, session_id, task_id, date,
-           commit_ref, input_tokens, output_tokens, seq)
-       SELECT DISTINCT ON (c.source, c.iteration) c.ledger_id, c.source, c.iteration, c.kind,
-              coalesce(c.r->'agent'->>'session_id', ''), coalesce(c.r->>'task_id', ''), coalesce(c.r->>'date', ''),
-              coalesce(c.r->>'commit', ''), (c.r->'session_tokens'->>'input_tokens')::bigint,
-              (c.r->'session_tokens'->>'output_tokens')::bigint, c.seq
-       FROM (SELECT e.ledger_id, e.source, (e.payload->'record'->>'iteration')::integer AS iteration,
-                    'dedicated' AS kind, e.payload->'record' AS r, e.seq
-             FROM agentledger.events e
-             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'iteration.recorded'
-             UNION ALL
-             SELECT e.ledger_id, e.source, (x->>'iteration')::integer, 'historical', x, e.seq
-             FROM agentledger.events e, jsonb_array_elements(e.payload->'records') AS x
-             WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'historical.recorded') c
-       ORDER BY c.source, c.iteration, c.kind = 'dedicated' DESC, c.seq DESC
-       ON CONFLICT (ledger_id, source, iteration) DO UPDATE SET kind = excluded.kind,
-           session_id = excluded.session_id, task_id = excluded.task_id, date = excluded.date,
-           commit_ref = excluded.commit_ref, input_tokens = excluded.input_tokens,
-           output_tokens = excluded.output_tokens, seq = excluded.seq
-       WHERE (excluded.kind = 'dedicated' AND (t.kind = 'historical' OR excluded.seq > t.seq))
-          OR (excluded.kind = 'historical' AND t.kind = 'historical' AND excluded.seq > t.seq)"""),
-    # eval trials (a re-reported trial replaces its row)
-    ({"trial.completed"},
-     """INSERT INTO agentledger.trials AS t (ledger_id, source, run_dir, item_id, run_id, experiment, eval_name,
-           stimulus, model, variant, trial_index, status, passed, duration_ms, input_tokens, output_tokens, seq)
-       SELECT DISTINCT ON (e.source, e.payload->>'run_dir', e.payload->'trial'->>'item_id') e.ledger_id, e.source,
-              e.payload->>'run_dir', e.payload->'trial'->>'item_id', e.payload->'trial'->>'run_id',
-              coalesce(e.payload->'trial'->>'experiment', ''), e.payload->'trial'->>'eval_name',
-              e.payload->'trial'->>'stimulus', e.payload->'trial'->>'model', e.payload->'trial'->>'variant',
-              (e.payload->'trial'->>'trial_index')::integer, e.payload->'trial'->>'status',
-              (e.payload->'trial'->>'passed')::boolean, (e.payload->'trial'->>'duration_ms')::bigint,
-              (e.payload->'trial'->>'input_tokens')::bigint, (e.payload->'trial'->>'output_tokens')::bigint, e.seq
-       FROM agentledger.events e
-       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'trial.completed'
-       ORDER BY e.source, e.payload->>'run_dir', e.payload->'trial'->>'item_id', e.seq DESC
-       ON CONFLICT (ledger_id, source, run_dir, item_id) DO UPDATE SET run_id = excluded.run_id,
-           experiment = excluded.experiment, eval_name = excluded.eval_name, stimulus = excluded.stimulus,
-           model = excluded.model, variant = excluded.variant, trial_index = excluded.trial_index,
-           status = excluded.status, passed = excluded.passed, duration_ms = excluded.duration_ms,
-           input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, seq = excluded.seq
-       WHERE excluded.seq > t.seq"""),
-    # quarantine: recorded (resolved already if a later event about the same file is on the server),
-    # and earlier open records resolved by this batch's events; the first later event resolves, as locally
-    ({"source.quarantined"},
-     """INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason,
-           resolved_seq)
-       SELECT e.ledger_id, e.seq, e.source, e.payload->>'path', e.payload->>'kind', (e.payload->>'line')::integer,
-              (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason',
-              (SELECT min(r.seq) FROM agentledger.events r
-               WHERE r.ledger_id = e.ledger_id AND r.seq > e.seq AND r.type = ANY(%(resolving)s)
-                 AND r.source = e.source AND coalesce(r.payload->>'file', r.payload->>'path') = e.payload->>'path')
-       FROM agentledger.events e
-       WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = 'source.quarantined'
-       ON CONFLICT DO NOTHING"""),
-    (set(RESOLVING),
-     """UPDATE agentledger.quarantine q SET resolved_seq = (
-           SELECT min(r.seq) FROM agentledger.events r
-           WHERE r.ledger_id = q.ledger_id AND r.seq > q.seq AND r.type = ANY(%(resolving)s) AND r.source = q.source
-             AND coalesce(r.payload->>'file', r.payload->>'path') = q.path)
-       WHERE q.ledger_id = %(id)s AND q.resolved_seq IS NULL AND (q.source, q.path) IN (
-           SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') FROM agentledger.events e
-           WHERE e.ledger_id = %(id)s AND e.seq > %(lo)s AND e.seq <= %(hi)s AND e.type = ANY(%(resolving)s))"""))
-
-
 @dataclass
 class ShipReport:
     destination: str
@@ -172,9 +89,14 @@ def ledger_identity(local: sqlite3.Connection) -> str:
     return local.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
 
 
-def cursor_of(local: sqlite3.Connection, destination: str) -> int:
-    row = local.execute("SELECT last_seq FROM ship_cursors WHERE destination = ?", (destination,)).fetchone()
-    return row[0] if row else 0
+def cursor_of(local: sqlite3.Connection, dest: ShipDestination) -> int:
+    """The last seq ``dest`` confirmed. A cursor written under the older key (the URL
+    with ``***`` for a password) still counts, so that an upgrade re-sends nothing."""
+    for key in dict.fromkeys((dest.label, dest.legacy_label)):
+        row = local.execute("SELECT last_seq FROM ship_cursors WHERE destination = ?", (key,)).fetchone()
+        if row:
+            return row[0]
+    return 0
 
 
 class Shipper:
@@ -222,9 +144,7 @@ class Shipper:
                 self.pgs.append(pg)
                 if len(self.pgs) == 1:
                     schema.migrate(pg)
-                    pg.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, %s, %s)"
-                               " ON CONFLICT (ledger_id) DO UPDATE SET name = excluded.name, host = excluded.host",
-                               (self.ledger_id, self.name, self.host))
+                    pg.execute("SELECT agentledger.register(%s, %s, %s)", (self.ledger_id, self.name, self.host))
                 pg.commit()
         except BaseException:
             self.close()
@@ -240,7 +160,7 @@ class Shipper:
         if (lid := ledger_identity(self.local)) != self.ledger_id:  # `central new-id` ran meanwhile
             self.ledger_id, self.ledger_uuid = lid, uuid.UUID(lid)
             self.close()  # the next connection registers the ledger under its new id
-        report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest.label))
+        report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest))
         self.progress_at, self.stalled = time.monotonic(), False
         done = threading.Event()
         watch = threading.Thread(target=self._watch_stall, args=(done,), name="agentledger-ship-stall", daemon=True)
@@ -256,7 +176,7 @@ class Shipper:
         except psycopg.Error as exc:
             self.close()
             reason = (f"no progress for {self.dest.stall_seconds} s (a silent server or route)" if self.stalled
-                      else describe(exc))
+                      else scrub(describe(exc), self.dest.url))
             raise CentralError(f"{self.dest.label}: {reason}") from None
         finally:
             done.set()
@@ -324,6 +244,9 @@ class Shipper:
                         self.local.execute("INSERT OR REPLACE INTO ship_cursors (destination, last_seq, shipped_at)"
                                            " VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                                            (self.dest.label, report.cursor))
+                        if self.dest.legacy_label != self.dest.label:  # moved to the password-free key
+                            self.local.execute("DELETE FROM ship_cursors WHERE destination = ?",
+                                               (self.dest.legacy_label,))
         if failure is not None:
             raise failure
 
@@ -333,11 +256,11 @@ class Shipper:
         the server did not hold yet."""
         import psycopg
 
-        ids = {"id": self.ledger_id, "lo": after, "hi": rows[-1][0], "resolving": RESOLVING}
+        lo, hi, types = after, rows[-1][0], {r[2] for r in rows}
         try:
             with pg.transaction(), pg.cursor() as cur:
                 self._copy(cur, "agentledger.events", rows, origins)
-                self._project(cur, ids, rows)
+                project(cur, self.ledger_id, lo, hi, types)
             return len(rows)
         except psycopg.errors.UniqueViolation:
             pass  # some of it is there already: the slow way below
@@ -354,7 +277,7 @@ class Shipper:
                         f" at {clashes} of the seqs {first}-{last}: another ledger has the same id (a copied ledger"
                         " file?) or this one was restored from an older copy; nothing was shipped (docs/team.md:"
                         " \"Two ledgers, one id\")")
-            self._project(cur, ids, rows)
+            project(cur, self.ledger_id, lo, hi, types)
         return new
 
     def _copy(self, cur, table: str, rows: list[tuple], origins: dict[int, tuple]) -> None:
@@ -374,16 +297,6 @@ class Shipper:
                 copy.write_row((own[0], seq, origin, origin_seq, key, stream, type_, version, hash_, occurred, at,
                                 source, path, position,
                                 _JSONB_V1 + (payload if exact is None else _fit_for_jsonb(exact)), exact))
-
-    @staticmethod
-    def _project(cur, ids: dict, rows: list[tuple]) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%(id)s::text, 0))", ids)
-        present = {r[2] for r in rows}
-        for types, sql in PROJECT:
-            if types & present:
-                cur.execute(sql, ids)
-        cur.execute("UPDATE agentledger.ledgers SET last_shipped_at = now(), last_seq = greatest(last_seq, %(hi)s)"
-                    " WHERE ledger_id = %(id)s", ids)
 
 
 def _fit_for_jsonb(text: str) -> bytes:

@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
                         format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
     from ..config import ConfigError
+    from ..redact import scrub
     from ..scoring.rubric import UnknownRubric
     from ..store.db import StoreError
 
@@ -70,10 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentledger: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (StoreError, Failure) as exc:
-        print(f"agentledger: error: {exc}", file=sys.stderr)
+        print(scrub(f"agentledger: error: {exc}"), file=sys.stderr)  # a password never reaches a terminal
         return EXIT_FAIL
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:  # a statement on the server was cancelled on the way (psycopg)
+        print("agentledger: interrupted", file=sys.stderr)
+        return 130
     except OSError as exc:  # a file the user named cannot be read or written: one line, no traceback
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"agentledger: error: {where}{exc.strerror or exc}", file=sys.stderr)

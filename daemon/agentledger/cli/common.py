@@ -42,6 +42,22 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", default=S, help="print errors only")
 
 
+def seconds(text: str) -> float:
+    """A non-negative number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < 10**7:
+        raise argparse.ArgumentTypeError(f"not a number of seconds from 0 to 10000000: {text!r}")
+    return value
+
+
+def add_timeout_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
+                   help="stop a statement that runs longer than this (default 60; 0: no limit); Ctrl-C stops it too")
+
+
 def load_config(args: argparse.Namespace):
     from .. import config as C
 

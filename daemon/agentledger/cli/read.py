@@ -8,7 +8,17 @@ import json
 import os
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, count, print_rows, read_only, table
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    Failure,
+    UsageError,
+    add_timeout_flag,
+    count,
+    print_rows,
+    read_only,
+    table,
+)
 
 
 def add_commands(cmd) -> None:
@@ -45,7 +55,9 @@ def add_commands(cmd) -> None:
     fmt.add_argument("--nl", action="store_true", help="rows as JSON lines, one object a line")
     fmt.add_argument("--csv", action="store_true", help="rows as CSV with a header")
     p.add_argument("--central", nargs="?", const="", metavar="URL",
-                   help="query the team ledger (PostgreSQL; default: the one [[ship]] entry) in a read-only transaction")
+                   help="query the team ledger (PostgreSQL; default: the one [[ship]] entry): one read statement,"
+                        " in a read-only transaction")
+    add_timeout_flag(p)
     p.set_defaults(func=cmd_query)
 
 
@@ -201,7 +213,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
         dest = destination(args, args.central)
         try:
-            columns, rows = central.query(dest.url, args.sql, dict(args.param))
+            columns, rows = central.query(dest.url, args.sql, dict(args.param), label=dest.label,
+                                          timeout=args.timeout)
         except central.QueryError as exc:
             print(f"agentledger: query failed: {exc}", file=sys.stderr)
             return EXIT_FAIL
@@ -238,11 +251,16 @@ def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
     _, conn = read_only(args)
     db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
     refusals = refuse_side_effects(conn)
+    stop = _Stop(args.timeout)
+    conn.set_progress_handler(stop.check, 10_000)  # SQLite asks every 10,000 VM steps
     try:
-        cursor = db.execute(args.sql, dict(args.param))
-        return [d[0] for d in cursor.description or []], cursor.fetchall()
+        with stop.on_ctrl_c():
+            cursor = db.execute(args.sql, dict(args.param))
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
     except sqlite3.Error as exc:
-        if refusals.reason:
+        if stop.why:
+            print(f"agentledger: query stopped: {stop.why}", file=sys.stderr)
+        elif refusals.reason:
             print(f"agentledger: query refused: {refusals.reason}", file=sys.stderr)
         elif "readonly" in str(exc) or "read-only" in str(exc):
             print(f"agentledger: query refused: the ledger is read-only here ({exc})", file=sys.stderr)
@@ -251,6 +269,41 @@ def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
         return None
     finally:
         conn.close()
+
+
+class _Stop:
+    """Ends a local query (SQLite's progress handler) past its time limit or on
+    Ctrl-C, so that a runaway query cannot hold a read snapshot while the daemon writes."""
+
+    def __init__(self, timeout: float) -> None:
+        import time
+
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.why = ""
+
+    def check(self) -> int:
+        import time
+
+        if not self.why and self.deadline is not None and time.monotonic() > self.deadline:
+            self.why = "it ran longer than the time limit (--timeout SECONDS, 0 for none)"
+        return 1 if self.why else 0
+
+    def on_ctrl_c(self):
+        import contextlib
+        import signal
+
+        @contextlib.contextmanager
+        def handled():
+            def interrupt(_sig, _frame) -> None:
+                self.why = "interrupted (Ctrl-C)"
+
+            previous = signal.signal(signal.SIGINT, interrupt)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGINT, previous)
+
+        return handled()
 
 
 def cmd_trials(args: argparse.Namespace) -> int:

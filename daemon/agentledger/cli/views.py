@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .common import (
+    add_timeout_flag,
     EXIT_OK,
     EXIT_USAGE,
     Failure,
@@ -32,6 +33,7 @@ def add_commands(cmd) -> None:
     p.add_argument("--session", metavar="ID", help="only this agent session's iterations")
     p.add_argument("--central", nargs="?", const="", metavar="URL",
                    help="the team report, from the team ledger (PostgreSQL; default: the one [[ship]] entry)")
+    add_timeout_flag(p)
     p.set_defaults(func=cmd_report)
 
     p = cmd("export", "Write events as JSON Lines (from a seq on), or scores as CSV (--rubric V: one version),"
@@ -129,15 +131,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _team_data(args: argparse.Namespace, since: str | None):
-    from ..central import connect
+    from ..central import read
     from ..central import report as team
     from .team import destination
 
     dest = destination(args, args.central)
     try:
-        with connect.session(dest.url, label=dest.label, read_only=True) as pg:
+        with read.reading(dest.url, label=dest.label, timeout=args.timeout) as pg:
             return team.gather(pg, since=since, session=args.session), dest.label
-    except connect.CentralError as exc:
+    except (read.CentralError, read.QueryError) as exc:
         raise Failure(str(exc)) from None
 
 

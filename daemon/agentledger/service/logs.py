@@ -24,6 +24,23 @@ class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):
         return f"<{_PRIORITY.get(record.levelname.lower(), 6)}>{text}"
 
 
+def _scrub_secrets(_logger, _name, event_dict: dict) -> dict:
+    """Last before rendering: any URL password or ``password=`` value anywhere in the
+    entry (a message, a field, a traceback line) becomes ``***``."""
+    from ..redact import scrub
+
+    def clean(value):
+        if isinstance(value, str):
+            return scrub(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    return {k: clean(v) for k, v in event_dict.items()}
+
+
 def resolve_format(fmt: str) -> str:
     """``auto``: JSON lines with syslog priorities for journald (``$JOURNAL_STREAM`` set)
     or any non-terminal; readable console lines for a person at a terminal."""
@@ -56,6 +73,7 @@ def setup(fmt: str = "auto", level: str = "info") -> None:
                     structlog.processors.ExceptionRenderer(
                         structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
                     if fmt != "console" else structlog.processors.format_exc_info,
+                    _scrub_secrets,
                     renderer],
     ))
     root = logging.getLogger()

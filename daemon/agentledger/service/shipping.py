@@ -77,7 +77,7 @@ class ShipLoop:
                 for st in self.states:
                     if self.stopping.is_set():
                         break
-                    if time.monotonic() < st.retry_at or cursor_of(conn, st.dest.label) >= top:
+                    if time.monotonic() < st.retry_at or cursor_of(conn, st.dest) >= top:
                         self._close_idle(st)
                         continue
                     if self._turn(conn, st):

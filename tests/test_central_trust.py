@@ -1,0 +1,357 @@
+"""The team ledger under attack, against a real PostgreSQL 15 server: a read never
+writes whatever the SQL and whoever the role, a machine writes only its own ledger
+(the server refuses the rest), and no password is ever printed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentledger.example.pgcluster import PASSWORD
+
+from .conftest import cli_subprocess, wait_until
+from .test_central import assert_exactly_the_union, ledger_id, machine, ship
+
+
+def server_state(url: str) -> tuple:
+    """What an attack must not change: every table's row count, the schema's tables and
+    functions, the ledgers' names, the roles."""
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        tables = [r[0] for r in pg.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') AND c.relkind IN ('r', 'v')"
+            " AND n.nspname NOT LIKE 'pg_temp%' ORDER BY 1")]
+        counts = [pg.execute(f"SELECT count(*) FROM agentledger.{t}").fetchone()[0] for t in tables
+                  if pg.execute("SELECT to_regclass(%s)", (f"agentledger.{t}",)).fetchone()[0]]
+        functions = [r[0] for r in pg.execute("SELECT proname FROM pg_proc p JOIN pg_namespace n"
+                                              " ON n.oid = p.pronamespace WHERE nspname = 'agentledger' ORDER BY 1")]
+        names = pg.execute("SELECT ledger_id::text, name, host FROM agentledger.ledgers ORDER BY 1").fetchall()
+        roles = [r[0] for r in pg.execute("SELECT rolname FROM pg_roles ORDER BY 1")]
+        settings = pg.execute("SELECT setting FROM pg_settings WHERE name = 'default_transaction_read_only'"
+                              ).fetchone()
+        large_objects = pg.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone()[0]
+    return tables, counts, functions, names, roles, settings, large_objects
+
+
+def one_line(stderr: str) -> str:
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def shipped_team(pg, tmp_path: Path, name: str) -> tuple[str, Path]:
+    """A team ledger holding one machine's events, shipped by the admin (the superuser)."""
+    url = pg.create_database(name)
+    db, _ = machine(tmp_path / "m", 40, extras=True)
+    proc = ship(url, db)
+    assert proc.returncode == 0, proc.stderr
+    return url, db
+
+
+ATTACKS = [
+    "COMMIT; DELETE FROM agentledger.events",
+    "COMMIT; CREATE TABLE agentledger.pwned(a int)",
+    "SELECT 1; DELETE FROM agentledger.events",
+    "DELETE FROM agentledger.events",
+    "TRUNCATE agentledger.events",
+    "UPDATE agentledger.ledgers SET name = 'mallory'",
+    "INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (gen_random_uuid(), 'x', 'y')",
+    "CREATE TABLE agentledger.pwned(a int)",
+    "SET TRANSACTION READ WRITE",
+    "SET default_transaction_read_only = off",
+    "RESET ALL",
+    "SELECT set_config('default_transaction_read_only', 'off', false)",
+    "SELECT set_config('transaction_read_only', 'off', true)",
+    "SELECT pg_catalog.set_config('role', 'none', true)",
+    'SELECT "set_config"(\'role\', \'none\', true)',
+    "SELECT U&\"set\\005fconfig\"('role', 'none', true)",
+    "DO $$BEGIN DELETE FROM agentledger.events; END$$",
+    "COPY agentledger.events TO PROGRAM 'touch /tmp/agentledger-pwned'",
+    "COPY (SELECT 1) TO '/tmp/agentledger-pwned'",
+    "SELECT lo_import('/etc/hostname')",
+    "SELECT lo_from_bytea(0, 'x')",
+    "SELECT lo_export(1, '/tmp/agentledger-pwned')",
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
+    "SELECT pg_advisory_lock(1)",
+    "SELECT pg_reload_conf()",
+    "SELECT query_to_xml('DELETE FROM agentledger.events', true, true, '')",
+    "WITH d AS (DELETE FROM agentledger.events RETURNING 1) SELECT count(*) FROM d",
+    "SELECT * INTO agentledger.copy FROM agentledger.events",
+    "SELECT * FROM agentledger.ledgers FOR UPDATE",
+    "EXPLAIN ANALYZE DELETE FROM agentledger.events",
+    "CALL agentledger.nothing()",
+    "LOCK TABLE agentledger.events",
+    "PREPARE p AS DELETE FROM agentledger.events",
+    "SELECT agentledger.register(gen_random_uuid(), 'x', 'y')",
+    "SELECT agentledger.project(ledger_id, 0, 1000000, '{score.computed}') FROM agentledger.ledgers",
+    "/* a comment /* nested */ still */ DELETE FROM agentledger.events",
+    "SELECT 1 -- ; DELETE FROM agentledger.events\n; DELETE FROM agentledger.events",
+    "SELECT 'unterminated",
+]
+
+
+def test_a_read_never_writes_whatever_the_sql_even_as_a_superuser(pg, tmp_path: Path) -> None:
+    url, _ = shipped_team(pg, tmp_path, "reads")  # the URL names the cluster's superuser
+    before = server_state(url)
+    assert before[1][before[0].index("events")] > 100
+    for sql in ATTACKS:
+        proc = cli_subprocess("query", "--central", url, sql)
+        assert proc.returncode == 1, (sql, proc.stdout, proc.stderr)
+        line = one_line(proc.stderr)
+        assert line.startswith("agentledger: query failed: "), (sql, line)
+        assert server_state(url) == before, sql
+    assert not Path("/tmp/agentledger-pwned").exists()
+    # what a read is for still works, with parameters, a cast, a % and a trailing ';'
+    proc = cli_subprocess("query", "--central", url, "--json", "-p", "band", "excellent",
+                          "SELECT count(*)::int AS n, '100%' AS pct FROM latest_scores WHERE band <> :band;")
+    assert proc.returncode == 0, proc.stderr
+    assert '"pct": "100%"' in proc.stdout
+    assert cli_subprocess("query", "--central", url, "SHOW transaction_read_only").stdout.split()[-1] == "on"
+    # report --central and central status go through the same door
+    assert cli_subprocess("report", "--central", url, "-o", str(tmp_path / "r.html")).returncode == 0
+    assert cli_subprocess("central", "status", url).returncode == 0
+    assert server_state(url) == before
+
+
+def test_the_server_itself_refuses_what_the_statement_check_would_have_stopped(pg, tmp_path: Path) -> None:
+    """Layers 1-3 of central/read.py alone (the statement check bypassed), as a superuser."""
+    import psycopg
+
+    from agentledger.central.read import reading
+
+    url, _ = shipped_team(pg, tmp_path, "layers")
+    before = server_state(url)
+    other = psycopg.connect(url)  # a session a superuser could terminate
+    try:
+        for sql, refusal in [
+            ("COMMIT; DELETE FROM agentledger.events", "multiple commands"),
+            ("SET TRANSACTION READ WRITE", "before any query"),
+            ("SELECT set_config('transaction_read_only', 'off', true)", "before any query"),
+            ("DELETE FROM agentledger.events", "read-only transaction"),
+            ("CREATE TABLE agentledger.pwned(a int)", "read-only transaction"),
+            ("COPY agentledger.events TO PROGRAM 'touch /tmp/agentledger-pwned'", "must be superuser"),
+            ("SELECT lo_import('/etc/hostname')", "permission denied"),
+            (f"SELECT pg_terminate_backend({other.info.backend_pid})", "permission denied"),
+            ("SELECT pg_reload_conf()", "permission denied"),
+            ("SELECT pg_read_file('/etc/hostname')", "permission denied"),
+        ]:
+            with reading(url) as reader:
+                assert reader.pg.execute("SELECT current_user").fetchone()[0] == "agentledger_reader"
+                with pytest.raises(psycopg.Error) as err:
+                    reader.pg.execute(sql, prepare=True)
+                denied = isinstance(err.value, psycopg.errors.InsufficientPrivilege)
+                assert refusal in str(err.value) or (refusal == "permission denied" and denied), (sql, str(err.value))
+        assert not other.closed and other.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        other.close()
+    assert server_state(url) == before
+    assert not Path("/tmp/agentledger-pwned").exists()
+
+
+def active(url: str, text: str) -> list[int]:
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        return [r[0] for r in pg.execute("SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query = %s",
+                                         (text,))]
+
+
+def test_a_runaway_query_stops_at_its_time_limit_and_ctrl_c_cancels_it_on_the_server(pg, tmp_path: Path) -> None:
+    url = pg.create_database("runaway")
+    started = time.monotonic()
+    proc = cli_subprocess("query", "--central", url, "--timeout", "1", "SELECT pg_sleep(600)")
+    assert proc.returncode == 1 and time.monotonic() - started < 60
+    assert "statement timeout" in one_line(proc.stderr) and "--timeout" in proc.stderr
+    sleeper = "SELECT pg_sleep(600) AS forever"
+    p = subprocess.Popen([sys.executable, "-m", "agentledger", "query", "--central", url, "--timeout", "0", sleeper],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: active(url, sleeper), 60)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130 and one_line(err) == "agentledger: interrupted"
+        wait_until(lambda: not active(url, sleeper), 30)  # cancelled on the server, not left running
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_local_runaway_query_stops_at_its_time_limit(tmp_path: Path) -> None:
+    from .conftest import empty_ledger
+
+    db = empty_ledger(tmp_path / "l.sqlite")
+    forever = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    proc = cli_subprocess("query", "--db", str(db), "--timeout", "0.5", forever)
+    assert proc.returncode == 1 and "time limit" in one_line(proc.stderr)
+    p = subprocess.Popen([sys.executable, "-m", "agentledger", "query", "--db", str(db), "--timeout", "0", forever],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _cpu_seconds(p.pid) > 0.3, 60)  # inside the query, not still starting
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 1 and "interrupted (Ctrl-C)" in one_line(err)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def add_role(url: str, action: str, name: str, *extra: str) -> str:
+    """`central add-machine|add-reader`: the ~/.pgpass line it prints."""
+    proc = cli_subprocess("central", action, url, name, *extra)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.count(":") >= 4 and "postgresql://" not in line
+    password = line.rsplit(":", 1)[1]
+    assert password not in proc.stderr  # the URL it suggests has no password
+    return line
+
+
+def as_role(tmp_path: Path, pgpass_line: str, url: str) -> tuple[str, dict]:
+    """The URL (no password) and environment a machine uses with its ~/.pgpass line."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    role = pgpass_line.split(":")[3]
+    pgpass = tmp_path / f"{role}.pgpass"
+    pgpass.write_text(pgpass_line + "\n")
+    pgpass.chmod(0o600)
+    info = conninfo_to_dict(url)
+    return (f"postgresql://{role}@/{info['dbname']}?host={info['host']}&port={info['port']}",
+            {"PGPASSFILE": str(pgpass)})
+
+
+def test_a_machine_ships_only_its_own_ledger_and_cannot_erase_or_forge(pg, tmp_path: Path) -> None:
+    import shutil
+
+    import psycopg
+
+    url = pg.create_database("machines")
+    assert cli_subprocess("central", "init", url).returncode == 0
+    alice_url, alice_env = as_role(tmp_path, add_role(url, "add-machine", "alice_box"), url)
+    bob_url, bob_env = as_role(tmp_path, add_role(url, "add-machine", "bob_box"), url)
+    reader_url, reader_env = as_role(tmp_path, add_role(url, "add-reader", "dashboards"), url)
+
+    alice, _ = machine(tmp_path / "alice", 50, seed=1)
+    bob, _ = machine(tmp_path / "bob", 30, seed=2)
+    for db, u, env, name in ((alice, alice_url, alice_env, "alice"), (bob, bob_url, bob_env, "bob")):
+        proc = cli_subprocess("ship", "--central", u, "--db", str(db), env={**env, "AGENTLEDGER_LEDGER_NAME": name})
+        assert proc.returncode == 0, proc.stderr
+    assert_exactly_the_union(url, [alice, bob])
+    before = server_state(url)
+
+    # bob's copy of a ledger, its id edited to alice's and its cursor set to her last seq
+    forged = tmp_path / "forged.sqlite"
+    shutil.copy(bob, forged)
+    with sqlite3.connect(forged) as c:
+        top = c.execute("SELECT max(seq) FROM events").fetchone()[0]
+        c.execute("UPDATE ledger_identity SET ledger_id = ?", (ledger_id(alice),))
+        c.execute("DELETE FROM ship_cursors")
+    with sqlite3.connect(alice) as c:
+        mine = c.execute("SELECT max(seq) FROM events").fetchone()[0]
+    assert top > 20
+    with sqlite3.connect(forged) as c:
+        c.execute("INSERT INTO ship_cursors (destination, last_seq, shipped_at) VALUES (?, ?, '')",
+                  (bob_url, min(mine, top - 10)))
+    proc = cli_subprocess("ship", "--central", bob_url, "--db", str(forged),
+                          env={**bob_env, "AGENTLEDGER_LEDGER_NAME": "alice"})
+    assert proc.returncode == 1
+    assert f"belongs to machine alice_box, not to bob_box" in one_line(proc.stderr)
+    assert server_state(url) == before
+
+    def refused(u: str, env: dict, sql: str, params=()) -> str:
+        with psycopg.connect(u, passfile=env["PGPASSFILE"]) as c:
+            with pytest.raises(psycopg.Error) as err:
+                c.execute(sql, params)
+            return str(err.value)
+
+    alice_id, bob_id = ledger_id(alice), ledger_id(bob)
+    for sql in ["DELETE FROM agentledger.events", "DELETE FROM agentledger.events WHERE ledger_id = '%s'" % bob_id,
+                "UPDATE agentledger.events SET payload = '{}'", "TRUNCATE agentledger.events",
+                "UPDATE agentledger.ledgers SET name = 'mallory'", "DELETE FROM agentledger.ledgers",
+                "DELETE FROM agentledger.ledger_roles", "UPDATE agentledger.ledger_roles SET role = 'bob_box'",
+                "INSERT INTO agentledger.ledger_roles (ledger_id, role) VALUES (gen_random_uuid(), 'bob_box')",
+                "DELETE FROM agentledger.scores", "UPDATE agentledger.iterations SET session_id = 'x'",
+                "CREATE TABLE agentledger.pwned (a int)", "DROP TRIGGER events_shipped_by_their_machine"
+                " ON agentledger.events", "ALTER TABLE agentledger.events DISABLE TRIGGER ALL",
+                "SET session_replication_role = replica", "GRANT agentledger_machine TO bob_box"]:
+        assert refused(bob_url, bob_env, sql).startswith(("permission denied", "must be", "must have")), sql
+    # the server refuses events, a registration or a projection for a ledger that is not bob's
+    forged_row = ("INSERT INTO agentledger.events (ledger_id, seq, origin, idempotency_key, stream, type,"
+                  " schema_version, content_hash, recorded_at, source, payload) VALUES (%s, 999999, %s, 'k', 's',"
+                  " 'score.computed', 1, 'h', now(), 'x', '{}')")
+    assert "belongs to machine alice_box" in refused(bob_url, bob_env, forged_row, (alice_id, alice_id))
+    assert "belongs to machine alice_box" in refused(bob_url, bob_env, forged_row, (bob_id, alice_id))  # origin
+    assert "belongs to machine alice_box" in refused(bob_url, bob_env, "SELECT agentledger.register(%s, 'x', 'y')",
+                                                     (alice_id,))
+    assert "belongs to machine alice_box" in refused(bob_url, bob_env,
+                                                     "SELECT agentledger.project(%s, 0, 99999, '{score.computed}')",
+                                                     (alice_id,))
+    for sql in ["SELECT agentledger.register(gen_random_uuid(), 'x', 'y')", forged_row.replace("%s", "gen_random_uuid()"),
+                "DELETE FROM agentledger.events", "UPDATE agentledger.ledgers SET name = 'x'"]:
+        assert "permission denied" in refused(reader_url, reader_env, sql)
+    assert server_state(url) == before
+    # the reader reads
+    proc = cli_subprocess("query", "--central", reader_url, "SELECT count(*) FROM latest_scores", env=reader_env)
+    assert proc.returncode == 0 and int(proc.stdout.split()[-1]) == 80
+
+    # central status: the machines, their roles and their ledgers
+    proc = cli_subprocess("central", "status", url)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 machine role(s), 1 reader role(s), 2 ledger(s)" in proc.stdout
+    assert f"{alice_id}" in proc.stdout and "machine alice_box" in proc.stdout and "machine bob_box" in proc.stdout
+
+    # honest machines still ship, and nothing they did not send is on the server
+    bob_more, _ = machine(tmp_path / "bob", 40, seed=2)
+    proc = cli_subprocess("ship", "--central", bob_url, "--db", str(bob_more), env={**bob_env})
+    assert proc.returncode == 0, proc.stderr
+    assert_exactly_the_union(url, [alice, bob_more])
+
+
+def test_upgrading_a_database_of_one_shared_role_keeps_every_event(pg, tmp_path: Path) -> None:
+    """A team ledger at migration 3 (one owner role ships for everyone) → `central init`
+    → every event stays, the projections are those a fresh ship gives, and add-machine
+    binds each existing ledger to its machine by name."""
+    import psycopg
+
+    from agentledger.central import schema
+    from agentledger.central.ship import LOCAL_BATCH, Shipper
+    from agentledger.config import ShipDestination
+
+    old, fresh = pg.create_database("old"), pg.create_database("fresh")
+    db, _ = machine(tmp_path / "m", 60, extras=True)
+    with psycopg.connect(old) as conn:
+        schema.migrate(conn, upto=3)
+        local = sqlite3.connect(db)
+        shipper = Shipper(local, ShipDestination(old), name="laptop")
+        conn.execute("INSERT INTO agentledger.ledgers (ledger_id, name, host) VALUES (%s, 'laptop', 'h')",
+                     (shipper.ledger_id,))
+        with conn.cursor() as cur:
+            shipper._copy(cur, "agentledger.events", local.execute(LOCAL_BATCH, (0, 10**9)).fetchall(), {})
+        local.close()
+    events = assert_exactly_the_union(old, [db])
+    proc = cli_subprocess("central", "init", old)
+    assert proc.returncode == 0, proc.stderr
+    assert "schema version 4 (1 migration(s) applied)" in proc.stdout
+    assert assert_exactly_the_union(old, [db]) == events
+    assert ship(fresh, db).returncode == 0
+    view = "SELECT source, iteration, rubric_version, value, band, session_id FROM latest_scores ORDER BY 1, 2"
+    got = {u: cli_subprocess("query", "--central", u, "--json", view).stdout for u in (old, fresh)}
+    assert got[old] == got[fresh] and len(got[old]) > 1000
+    line = add_role(old, "add-machine", "laptop")
+    proc = cli_subprocess("central", "status", old)
+    assert "machine laptop" in proc.stdout and line.split(":")[3] == "laptop"
+    laptop_url, env = as_role(tmp_path, line, old)
+    assert cli_subprocess("ship", "--central", laptop_url, "--db", str(db), env=env).returncode == 0
