@@ -355,3 +355,57 @@ def test_upgrading_a_database_of_one_shared_role_keeps_every_event(pg, tmp_path:
     assert "machine laptop" in proc.stdout and line.split(":")[3] == "laptop"
     laptop_url, env = as_role(tmp_path, line, old)
     assert cli_subprocess("ship", "--central", laptop_url, "--db", str(db), env=env).returncode == 0
+
+
+def test_no_password_is_ever_printed_whatever_libpq_says(pg, tmp_path: Path) -> None:
+    db, _ = machine(tmp_path / "m", 5)
+    sock = pg.url("x").split("?", 1)[1]
+    bad = [
+        ("postgresql://agentledger:s3cr3t%40x@[::1:55432/x", ["s3cr3t%40x", "s3cr3t@x", "s3cr3t"]),
+        ("postgresql://agentledger:s3cr3t%4@localhost/db", ["s3cr3t%4", "s3cr3t"]),
+        ("postgresql://agentledger:hunter2pw@127.0.0.1:notaport/db", ["hunter2pw"]),
+        ("postgresql://agentledger:hunter2pw@127.0.0.1:1/db", ["hunter2pw"]),
+        (f"postgresql://agentledger:wrong-hunter2@/postgres?{sock}", ["wrong-hunter2"]),
+        (f"postgresql://agentledger@/postgres?{sock}&password=hunter2pw&sslmode=bogus", ["hunter2pw"]),
+        ("postgresql://agentledger:hunter2pw@/postgres?host=/nonexistent&port=5", ["hunter2pw"]),
+        ("postgresql://agent:ledger:hunter2pw@@localhost:1/db", ["hunter2pw"]),
+    ]
+    for url, secrets in bad:
+        for args in (("query", "--central", url, "SELECT 1"), ("ship", "--central", url, "--db", str(db)),
+                     ("central", "status", url), ("central", "init", url), ("central", "add-machine", url, "m"),
+                     ("report", "--central", url, "-o", str(tmp_path / "r.html"))):
+            proc = cli_subprocess(*args, timeout=120)
+            assert proc.returncode in (1, 2), (args, proc.stdout, proc.stderr)
+            one_line(proc.stderr)
+            for secret in secrets + [PASSWORD]:
+                assert secret not in proc.stdout + proc.stderr, (args, proc.stderr)
+
+
+def test_a_password_added_to_the_url_keeps_the_cursor(pg, tmp_path: Path) -> None:
+    url = pg.create_database("cursorkey")
+    db, _ = machine(tmp_path / "m", 30)
+    bare = url.replace(f":{PASSWORD}@", "@")
+    first = cli_subprocess("ship", "--central", bare, "--db", str(db), env={"PGPASSWORD": PASSWORD})
+    assert first.returncode == 0 and " 0 behind" in first.stdout, first.stderr
+    again = cli_subprocess("ship", "--central", url, "--db", str(db))
+    assert again.returncode == 0 and "0 events sent" in again.stdout, again.stdout
+    with sqlite3.connect(db) as c:  # a cursor an older release wrote under the URL with *** for the password
+        c.execute("UPDATE ship_cursors SET destination = ?", (url.replace(f":{PASSWORD}@", ":***@"),))
+    legacy = cli_subprocess("ship", "--central", url, "--db", str(db))
+    assert legacy.returncode == 0 and "0 events sent" in legacy.stdout, legacy.stdout
+    with sqlite3.connect(db) as c:
+        keys = [r[0] for r in c.execute("SELECT destination FROM ship_cursors")]
+    assert keys == [bare]  # the cursor moved to the password-free key; no key ever holds a password
+    status = cli_subprocess("status", "--db", str(db))
+    assert PASSWORD not in status.stdout + status.stderr
+
+
+def test_the_daemon_log_never_carries_a_password() -> None:
+    code = ("from agentledger.service import logs; import structlog; logs.setup('json');"
+            " log = structlog.get_logger('t');"
+            " log.warning('unreachable', destination='postgresql://me@h/db',"
+            " error='connection to postgresql://me:hunter2pw@h/db failed: password=hunter2pw');"
+            " import logging; logging.getLogger('x').error('dsn host=h password=hunter2pw user=me')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2pw" not in proc.stdout + proc.stderr and proc.stdout.count("***") == 3, proc.stdout

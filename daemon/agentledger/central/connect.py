@@ -47,7 +47,24 @@ def connect(url: str, *, autocommit: bool = False, application: str = "agentledg
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:
-        raise CentralError(scrub(f"{strip_password(url)}: {describe(exc)}", url)) from None
+        reason = describe(exc)
+        if "no error details" in reason:  # libpq says no more when socket(2) itself is refused
+            reason = _no_socket() or reason
+        raise CentralError(scrub(f"{strip_password(url)}: {reason}", url)) from None
+
+
+def _no_socket() -> str | None:
+    """Why this process cannot open a TCP socket, if it cannot (a sandbox's
+    RestrictAddressFamilies=: the shipped service units allow AF_UNIX only)."""
+    import socket
+
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.socket(family, socket.SOCK_STREAM).close()
+        except OSError as exc:
+            return (f"this process may not open a TCP socket ({exc.strerror}): the service unit's"
+                    " RestrictAddressFamilies= allows AF_UNIX only; add the ship.conf drop-in (docs/team.md)")
+    return None
 
 
 @contextmanager

@@ -160,6 +160,11 @@ class Shipper:
         if (lid := ledger_identity(self.local)) != self.ledger_id:  # `central new-id` ran meanwhile
             self.ledger_id, self.ledger_uuid = lid, uuid.UUID(lid)
             self.close()  # the next connection registers the ledger under its new id
+        if self.dest.legacy_label != self.dest.label:  # a cursor of an older release: to the password-free key
+            with self.local:
+                self.local.execute("UPDATE OR IGNORE ship_cursors SET destination = ? WHERE destination = ?",
+                                   (self.dest.label, self.dest.legacy_label))
+                self.local.execute("DELETE FROM ship_cursors WHERE destination = ?", (self.dest.legacy_label,))
         report = ShipReport(self.dest.label, cursor=cursor_of(self.local, self.dest))
         self.progress_at, self.stalled = time.monotonic(), False
         done = threading.Event()
@@ -244,9 +249,6 @@ class Shipper:
                         self.local.execute("INSERT OR REPLACE INTO ship_cursors (destination, last_seq, shipped_at)"
                                            " VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                                            (self.dest.label, report.cursor))
-                        if self.dest.legacy_label != self.dest.label:  # moved to the password-free key
-                            self.local.execute("DELETE FROM ship_cursors WHERE destination = ?",
-                                               (self.dest.legacy_label,))
         if failure is not None:
             raise failure
 
