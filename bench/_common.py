@@ -7,14 +7,15 @@ import time
 from pathlib import Path
 
 
-def run(cmd: list[str], *, rss_samples: list | None = None, every: float = 0.25) -> tuple[float, int]:
+def run(cmd: list[str], *, rss_samples: list | None = None, every: float = 0.25,
+        env: dict | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one child process (``wait4`` reports the child's
     own). With ``rss_samples``, also appends (seconds since start, RSS MiB) to it every
     ``every`` seconds while the child runs."""
     t = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
-        os.execvp(cmd[0], cmd)
+        os.execvpe(cmd[0], cmd, {**os.environ, **(env or {})})
     while True:
         done, status, usage = os.wait4(pid, 0 if rss_samples is None else os.WNOHANG)
         if done:

@@ -14,7 +14,9 @@ settings and durability: fsync on) on this machine and, over its unix socket:
   cores): events/s overall;
 * one machine's catch-up: one such ledger followed by copies of all its events up to
   ``--catch-up`` events (the same mix), shipped by one ``agentledger ship``: events/s,
-  MB/s, and the process's RSS sampled through the pass;
+  MB/s, and the process's RSS sampled through the pass; once as the database's owner
+  (the admin) and once as a machine role of its own (``central add-machine``: what the
+  server checks for every batch);
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
   each band's count) and "the 50 newest scores across the team" on the result
   (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):
@@ -88,19 +90,31 @@ def payload_mb(ledgers: list[Path]) -> float:
 
 
 def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
-    """One ledger's whole backlog in one ``agentledger ship``, its RSS sampled as it goes."""
+    """One ledger's whole backlog in one ``agentledger ship``, its RSS sampled as it goes:
+    as the admin, then as a machine role (into a database of its own)."""
     db = root / "catch-up.sqlite"
     copy_of(base, db, args.events_per_ledger)  # a team ledger (below), then copies of it: the same mix
     total = pad(db, args.catch_up, "1")
     mb = payload_mb([db])
-    url = cluster.create_database("catchup")
-    os.sync()  # the ledger's pages on disk, as a machine's would be, not being written back meanwhile
-    samples: list = []  # (seconds, RSS MiB)
-    wall, peak = run([*CLI, "ship", "--central", url, "--db", str(db), "-q"], rss_samples=samples)
-    at = {q: min(samples, key=lambda s: abs(s[0] - wall * q / 4))[1] for q in (1, 2, 3, 4)}
-    print(f"catch-up: one ledger of {total:,} events ({mb:,.0f} MB of payloads) in one ship: {wall:.1f} s ="
-          f" {total / wall:,.0f} events/s, {mb / wall:,.1f} MB/s; RSS at 1/4, 1/2, 3/4 and the end of the pass:"
-          f" {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {peak / 1024:.0f} MB")
+    for who in ("the admin", "a machine role"):
+        url, env = cluster.create_database("catchup_" + who.split()[-1]), {}
+        if who != "the admin":
+            subprocess.run([*CLI, "central", "init", url, "-q"], check=True, capture_output=True)
+            line = subprocess.run([*CLI, "central", "add-machine", url, "bench_machine"], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+            (root / "pgpass").write_text(line + "\n")
+            (root / "pgpass").chmod(0o600)
+            host, port, dbname, role, _ = line.split(":")
+            url, env = f"postgresql://{role}@/{dbname}?host={host}&port={port}", {"PGPASSFILE": str(root / "pgpass")}
+        os.sync()  # the ledger's pages on disk, as a machine's would be, not being written back meanwhile
+        samples: list = []  # (seconds, RSS MiB)
+        wall, peak = run([*CLI, "ship", "--central", url, "--db", str(db), "-q"], rss_samples=samples, env=env)
+        at = {q: min(samples, key=lambda s: abs(s[0] - wall * q / 4))[1] for q in (1, 2, 3, 4)}
+        print(f"catch-up as {who}: one ledger of {total:,} events ({mb:,.0f} MB of payloads) in one ship:"
+              f" {wall:.1f} s = {total / wall:,.0f} events/s, {mb / wall:,.1f} MB/s; RSS at 1/4, 1/2, 3/4 and the"
+              f" end of the pass: {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {peak / 1024:.0f} MB")
+        with sqlite3.connect(db) as c:
+            c.execute("DELETE FROM ship_cursors")
     db.unlink()
 
 

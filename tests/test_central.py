@@ -148,16 +148,25 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
         assert code == 0 and json.loads(out) == [{"n": 750}], (argv, err)
 
 
-def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, tmp_path: Path) -> None:
+def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, tmp_path: Path, monkeypatch) -> None:
     """20 kills: 5 mid-COPY (seen in pg_stat_activity), 5 after the server committed but
     before the local cursor moved (the ledger held locked by this test), 10 at random
     moments; after each, the next ship goes on. Every other kill of each kind hits a pass
     sending the whole ledger again (each batch takes the slow way: the server has it),
     the others a pass of events the server has never seen (straight into events), on
-    copies of the machine's ledger with their own ids. Nothing is lost or doubled."""
+    copies of the machine's ledger with their own ids. Nothing is lost or doubled. The
+    machine ships as a role of its own (the server checks every batch)."""
     import psycopg
 
-    url = pg.create_database("kills")
+    admin = pg.create_database("kills")
+    # the machine ships as a role of its own (central add-machine), as a team's machines do
+    assert cli_subprocess("central", "init", admin).returncode == 0
+    line = cli_subprocess("central", "add-machine", admin, "killed_box").stdout.strip()
+    (tmp_path / "pgpass").write_text(line + "\n")
+    (tmp_path / "pgpass").chmod(0o600)
+    host, port, dbname, role, _ = line.split(":")
+    url = f"postgresql://{role}@/{dbname}?host={host}&port={port}"
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "pgpass"))  # for this test's subprocesses
     main, _ = machine(tmp_path / "m", 600, extras=True)
     total = len(local_events(main))
     rng = random.Random(11)
@@ -248,9 +257,9 @@ def test_sigkill_the_shipper_anywhere_then_restart_still_exactly_the_union(pg, t
         final = ship(url, db, "--config", str(config(db)))
         assert final.returncode == 0, final.stderr
     status = cli_subprocess("status", "--config", str(config(main))).stdout
-    assert f"shipped to    {url.replace(f':{PASSWORD}@', '@')}  (up to #{total}, 0 events behind" in status
+    assert f"shipped to    {url}  (up to #{total}, 0 events behind" in status
     assert f"(id {ledger_id(main)})" in status
-    assert assert_exactly_the_union(url, ledgers) == total * len(ledgers)
+    assert assert_exactly_the_union(admin, ledgers) == total * len(ledgers)
 
 
 def test_a_rubric_bump_on_one_machine_moves_only_its_central_scores(pg, tmp_path: Path) -> None:

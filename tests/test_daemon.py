@@ -455,3 +455,34 @@ def test_an_unreadable_source_directory_is_retried_and_others_are_unaffected() -
     finally:
         b.chmod(0o755)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_daemon_follows_a_rubric_the_hook_activated_and_never_reverts_it(tmp_path: Path, make_repo) -> None:
+    """`run` with rubric 3.0.0 configured; the hook runs `score 1 --rubric 2.1.0`: the
+    next iteration the daemon scores is scored under 2.1.0, and its reconcile (a
+    SIGHUP reload here) keeps 2.1.0, since the configured value never changed."""
+    import sqlite3
+
+    repo = make_repo()
+    log = log_of(tmp_path, 3)
+    db = tmp_path / "l.sqlite"
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[scoring]\nrubric = "3.0.0"\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    sidecar = lambda k: log / f"iter-{k}.score.yaml"  # noqa: E731
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        assert wait_until(lambda: sidecar(3).exists() and b"3.0.0" in sidecar(3).read_bytes(), 60)
+        hook = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(cfg), "score", "1",
+                               "--rubric", "2.1.0"], capture_output=True, text=True, timeout=120)
+        assert hook.returncode == 0, hook.stderr
+        (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=1))
+        assert wait_until(lambda: sidecar(4).exists(), 60)
+        assert b"rubric_version: 2.1.0" in sidecar(4).read_bytes()
+        proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: sum("READY=1" in m for m in list(notify.messages)) >= 2, 60)
+        with sqlite3.connect(db) as c:
+            assert c.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()[0] == "2.1.0"
+            assert {r[0] for r in c.execute("SELECT rubric_version FROM latest_scores")} == {"2.1.0"}
+        assert all(b"rubric_version: 2.1.0" in p.read_bytes() for p in log.glob("iter-*.score.yaml"))
+    assert "rubric 2.1.0 -> 3.0.0" not in (tmp_path / "daemon.log").read_text()

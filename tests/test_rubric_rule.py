@@ -160,3 +160,51 @@ def test_random_command_sequences_keep_sidecars_equal_to_a_fresh_rebuild(tmp_pat
         have, want = expected_sidecars(db, tmp_path)
         assert have == active, (step, args)
         assert on_disk(gen.log) == want, (step, args)
+
+
+def latest_rubrics(db: Path) -> set[str]:
+    with sqlite3.connect(db) as c:
+        return {r[0] for r in c.execute("SELECT rubric_version FROM latest_scores")}
+
+
+def test_a_round_trip_of_rubrics_leaves_one_active_rubric_everywhere(tmp_path: Path) -> None:
+    """ingest --rubric 3.0.0; backfill --rubric 2.1.0; backfill --rubric 3.0.0: status,
+    every sidecar and latest_scores all say 3.0.0 (latest_scores said 2.1.0: it took
+    the newest row across rubrics, and the second 3.0.0 pass appended none)."""
+    gen, cfg, db, _ = _setup(tmp_path)
+    for rubric, cmd in (("3.0.0", "ingest"), ("2.1.0", "backfill"), ("3.0.0", "backfill")):
+        code, _, err = _cli(cfg, cmd, "--rubric", rubric)
+        assert code == 0, err
+        assert latest_rubrics(db) == {rubric}
+        active, want = expected_sidecars(db, tmp_path)
+        assert active == rubric and on_disk(gen.log) == want
+    code, out, _ = _cli(cfg, "status")
+    assert code == 0 and "3.0.0" in out
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM latest_scores").fetchone()[0] == 30
+
+
+def test_concurrent_activations_serialise_and_the_last_one_wins_everywhere(tmp_path: Path) -> None:
+    """Ten hooks at once, alternating --rubric: once they are all done, the active
+    rubric is the one activated last, and every sidecar and latest_scores are its."""
+    import os
+    import subprocess
+    import sys
+
+    gen, cfg, db, _ = _setup(tmp_path, n=40)
+    assert _cli(cfg, "ingest")[0] == 0
+    procs = [subprocess.Popen([sys.executable, "-m", "agentledger", "--config", str(cfg), "score", str(k + 1),
+                               "--rubric", ("3.0.0", "2.1.0")[k % 2], "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+             for k in range(10)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    with sqlite3.connect(db) as c:
+        last = c.execute("SELECT json_extract(payload, '$.version') FROM events WHERE type = 'rubric.activated'"
+                         " ORDER BY seq DESC LIMIT 1").fetchone()[0]
+        active = c.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()[0]
+    assert active == last and latest_rubrics(db) == {last}
+    disk = on_disk(gen.log)
+    assert len(disk) >= 40 and all(f"rubric_version: {last}".encode() in b for b in disk.values())
+    assert expected_sidecars(db, tmp_path) == (last, disk)

@@ -215,7 +215,9 @@ class Ledger:
 
     def rescore(self, src: IterationLogSource, *, everything: bool = False,
                 progress: Progress | None = None) -> Report:
-        """Score what changed (or every iteration); errors are reported, never raised."""
+        """Score what changed (or every iteration) under the ledger's active rubric;
+        errors are reported, never raised."""
+        self.rubrics.follow()
         try:
             with self.ctx.repo(src).one_view():
                 finish = functools.partial(self.planner.record_trunk_rows, src)

@@ -9,15 +9,20 @@ is active yet; otherwise the active rubric stays.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from dataclasses import replace
 
 from ..config import Config
+from ..scoring import rubric as rubric_data
 from ..store.events import Event, append
 from . import commit
 from .context import Context, read_state
 from .report import Progress, Report, SourceError
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
+
+log = logging.getLogger("agentledger")
 
 
 def target(cfg: Config, conn: sqlite3.Connection) -> tuple[str, str | None]:
@@ -38,20 +43,42 @@ class Rubrics:
         self.scoring = scoring
         self.sync = sync
 
-    def ensure(self, *, progress: Progress | None = None) -> Report | None:
-        """Make ``ctx.rubric`` the active rubric and backfill (or resume a backfill)
-        under it; also remember the configured value. None when nothing was to do."""
+    def follow(self) -> None:
+        """Score under the ledger's active rubric, whoever activated it: another
+        process (the close-task hook with ``--rubric``) may have since this one
+        last looked. One read; no event."""
         ctx = self.ctx
-        want, have = ctx.rubric.version, ctx.state("active_rubric")
+        active = ctx.state("active_rubric")
+        if active is not None and active != ctx.rubric.version:
+            log.info("following rubric %s, activated in the ledger by another process (was %s)",
+                     active, ctx.rubric.version)
+            ctx.rubric = rubric_data.load(active)
+
+    def ensure(self, *, progress: Progress | None = None) -> Report | None:
+        """Make the rubric the rule names (``target``) the active one and backfill (or
+        resume a backfill) under it; also remember the configured value. None when
+        nothing was to do.
+
+        The rule is decided again inside the write transaction (``BEGIN IMMEDIATE``),
+        so concurrent activations serialise and the last one wins; ``--rubric`` is
+        consumed by its first activation, after which this process follows the
+        ledger like any other (``follow``)."""
+        ctx = self.ctx
         configured = ctx.cfg.scoring.rubric
-        reason = "explicit" if ctx.cfg.explicit_rubric else "configured"
-        if have != want or ctx.state("configured_rubric") != configured:
+        want, why = target(ctx.cfg, ctx.conn)
+        if why is not None or ctx.state("configured_rubric") != configured:
             with commit.transaction(ctx) as projector:
+                want, why = target(ctx.cfg, ctx.conn)
+                have = ctx.state("active_rubric")
+                reason = "explicit" if ctx.cfg.explicit_rubric else "configured"
                 last = ctx.state("active_rubric_seq") or "0"
                 if have == want:  # only the configured value moved: note it, nothing to rescore
-                    events = [Event("rubric.configured", "ledger", "ledger",
-                                    f"rubric-configured|{configured}|{ctx.state('configured_rubric')}|{last}",
-                                    {"configured": configured, "active": want})]
+                    if ctx.state("configured_rubric") != configured:
+                        events = [Event("rubric.configured", "ledger", "ledger",
+                                        f"rubric-configured|{configured}|{ctx.state('configured_rubric')}|{last}",
+                                        {"configured": configured, "active": want})]
+                    else:
+                        events = []
                 else:
                     events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
                                     {"version": want, "previous": have, "reason": reason,
@@ -67,6 +94,10 @@ class Rubrics:
                 for ev in events:
                     if append(ctx.conn, ev):
                         projector.apply(ev)
+        if ctx.cfg.explicit_rubric is not None:
+            ctx.cfg = replace(ctx.cfg, explicit_rubric=None)
+        if ctx.rubric.version != want:
+            ctx.rubric = rubric_data.load(want)
         if ctx.state("backfill") is None:
             return None
         return self.backfill(progress=progress)

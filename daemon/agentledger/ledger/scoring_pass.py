@@ -44,7 +44,7 @@ class ScoringPass:
         fsync = sync.fsync(len(todo))
         writer = None
         if len(todo) > AUTO_FSYNC_MAX:
-            writer = sync.writer or sidecars.BackgroundWriter()
+            writer = sync.writer or sidecars.BackgroundWriter(sync.still_current, sync.gate)
         elif sync.writer is not None:
             sync.writer.wait()  # a direct write must not be overtaken by an older queued one
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
@@ -53,7 +53,7 @@ class ScoringPass:
         def write(path: Path, data: bytes, kind: str, key: tuple) -> None:
             if writer is not None:
                 writer.submit(path, data, fsync, kind, key)
-            elif sync.write(path, data, report, fsync):
+            elif sync.write_scored(path, data, report, fsync, version):
                 setattr(report, kind, getattr(report, kind) + 1)
 
         batches = list(chunks(todo))

@@ -1,14 +1,24 @@
 """Sidecars on disk follow the ledger: rendered from its score events and session
 rows, written only where the bytes on disk differ, on a writer thread in the
 daemon. Also removes the temp files that killed writers left.
+
+Every process that scores one ledger (the daemon, the close-task hook, a backfill)
+writes its sidecars under one lock (``flock`` on ``<ledger>.sidecars.lock``), and
+under it writes only the active rubric's (read from the ledger there and then). An
+activation commits before its backfill's writes take the lock, so once the last
+activation's backfill has written, no sidecar of an earlier rubric can land:
+whatever the interleaving, the sidecars end up the active rubric's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from ..config import IterationLogSource
@@ -16,7 +26,7 @@ from ..output import sidecars
 from ..store import db as store
 from ..store.events import upcast
 from ..store.projections import render_score_payload, session_document
-from .context import Context
+from .context import Context, read_state
 from .report import Report
 
 log = logging.getLogger("agentledger")
@@ -31,7 +41,7 @@ class SidecarSync:
         ``collect_writes``."""
         self.ctx = ctx
         self._check_conn: sqlite3.Connection | None = None  # the writer thread's view of the ledger
-        self.writer = sidecars.BackgroundWriter(self._still_current) if background else None
+        self.writer = sidecars.BackgroundWriter(self.still_current, self.gate) if background else None
         self._swept: set[str] = set()  # directories cleared of killed writers' temp files
 
     def close(self) -> None:
@@ -47,9 +57,30 @@ class SidecarSync:
         mode = self.ctx.cfg.sidecars.fsync
         return mode == "always" or (mode == "auto" and count <= AUTO_FSYNC_MAX)
 
+    @contextlib.contextmanager
+    def gate(self) -> Iterator[None]:
+        """The ledger's sidecar lock (see the module docstring); held briefly: one
+        write, or one comparison of a source's sidecars with the ledger."""
+        path = Path(f"{self.ctx.cfg.store.path}.sidecars.lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:  # no lock to be had (a read-only directory): write as before
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def active(self, conn: sqlite3.Connection | None = None) -> str:
+        """The ledger's active rubric now (this process's if the ledger names none)."""
+        return read_state(conn or self.ctx.conn, "active_rubric") or self.ctx.rubric.version
+
     def sync(self, src: IterationLogSource, iterations: list[int] | None = None, *,
              skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Report:
-        """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not the ledger's."""
+        """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not
+        those of the ledger's active rubric."""
         report = Report()
         if not src.path.is_dir():
             report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
@@ -57,7 +88,12 @@ class SidecarSync:
         self.sweep(src)
         if iterations is None and self.writer is not None:
             self.writer.wait()  # compare the disk with the ledger once queued writes have landed
-        conn, version = self.ctx.conn, self.ctx.rubric.version
+        with self.gate():
+            return self._sync(src, iterations, skip_iterations, skip_sessions, report)
+
+    def _sync(self, src: IterationLogSource, iterations: list[int] | None, skip_iterations: Collection[int],
+              skip_sessions: Collection[str], report: Report) -> Report:
+        conn, version = self.ctx.conn, self.active()
         filt, args = "", [src.id, version]
         if iterations is not None:
             if not iterations:
@@ -90,11 +126,21 @@ class SidecarSync:
         return report
 
     def write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
+        """One write; the caller holds the gate (``sync``) or uses ``write_scored``."""
         try:
             return int(sidecars.write_atomic(path, data, durable=fsync))
         except OSError as exc:
             report.errors.append(f"cannot write {path}: {exc}")
             return 0
+
+    def write_scored(self, path: Path, data: bytes, report: Report, fsync: bool, version: str) -> int:
+        """A sidecar just scored under ``version``: written under the gate, and only
+        while ``version`` is the active rubric (another process may have activated
+        another since; its backfill writes those)."""
+        with self.gate():
+            if self.active() != version:
+                return 0
+            return self.write(path, data, report, fsync)
 
     def sweep(self, src: IterationLogSource) -> None:
         """Remove temp files that killed writers left beside the sidecars (once per
@@ -114,16 +160,19 @@ class SidecarSync:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
         return writes_report(*self.writer.take()) if self.writer is not None else Report()
 
-    def _still_current(self, key: tuple) -> bool:
+    def still_current(self, key: tuple) -> bool:
         """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still
-        what the ledger holds (asked on the writer thread, through its own read-only
-        connection). The close-task hook scores and writes in another process while
-        the daemon's writes wait in the queue; without this, an older queued write
-        could land over its newer file until the next reconcile."""
+        what the ledger holds under its active rubric (asked on the writer thread,
+        through its own read-only connection, under the gate). The close-task hook
+        scores and writes in another process while the daemon's writes wait in the
+        queue; without this, an older queued write could land over its newer file,
+        or another rubric's, until the next reconcile."""
         table, source, ident, version, sha = key
         try:
             if self._check_conn is None:
                 self._check_conn = store.connect_readonly(self.ctx.cfg.store.path)
+            if self.active(self._check_conn) != version:
+                return False
             column = "iteration" if table == "scores" else "session_id"
             row = self._check_conn.execute(
                 f"SELECT sidecar_sha256 FROM {table} WHERE source = ? AND {column} = ? AND rubric_version = ?",

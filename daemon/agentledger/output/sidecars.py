@@ -8,6 +8,8 @@ and never follow a symlink at the target.
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import math
 import os
@@ -263,15 +265,18 @@ class BackgroundWriter:
     process dies with writes queued, the next run finds their bytes differ from
     the ledger and writes them then."""
 
-    def __init__(self, still_current: Callable[[tuple], bool] | None = None) -> None:
+    def __init__(self, still_current: Callable[[tuple], bool] | None = None,
+                 gate: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
         """``still_current(key)``, when given, is asked on the writer thread before
         each write submitted with a key: False (the ledger has moved on, e.g. another
-        process scored the same iteration since) skips it, so an old queued write
-        cannot land over a newer file."""
+        process scored the same iteration since, or another rubric was activated)
+        skips it, so an old queued write cannot land over a newer file. ``gate()``
+        is held around each such question and its write (the ledger's sidecar lock)."""
         import queue
         import threading
 
         self._still_current = still_current
+        self._gate = gate or contextlib.nullcontext
         self._queue: queue.Queue = queue.Queue(maxsize=4096)
         self._lock = threading.Lock()
         self.written: dict[str, int] = {"sidecars_written": 0, "sessions_written": 0}  # by kind
@@ -291,16 +296,17 @@ class BackgroundWriter:
                 if item is None:
                     return
                 path, data, durable, kind, key = item
-                if key is not None and self._still_current is not None and not self._still_current(key):
-                    self.superseded += 1
-                    continue
-                try:
-                    written = write_atomic(path, data, durable=durable)
-                    with self._lock:
-                        self.written[kind] += written
-                except OSError as exc:
-                    with self._lock:
-                        self.errors.append(f"cannot write {path}: {exc}")
+                with self._gate():
+                    if key is not None and self._still_current is not None and not self._still_current(key):
+                        self.superseded += 1
+                        continue
+                    try:
+                        written = write_atomic(path, data, durable=durable)
+                        with self._lock:
+                            self.written[kind] += written
+                    except OSError as exc:
+                        with self._lock:
+                            self.errors.append(f"cannot write {path}: {exc}")
             finally:
                 self._queue.task_done()
 

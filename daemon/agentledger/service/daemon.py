@@ -59,8 +59,12 @@ class _Filter(watchfiles.DefaultFilter):
 
 class Daemon:
     def __init__(self, load_config: Callable[[], Config]):
-        self.load_config = load_config
+        from dataclasses import replace
+
         self.cfg = load_config()
+        # `run --rubric X` activates X once, at the start; a reload reads the configuration
+        # again but never re-asserts X over a later activation (the close-task hook's, say)
+        self.load_config = lambda: replace(load_config(), explicit_rubric=None)
         self.stop = threading.Event()
         self.requests: queue.Queue[str] = queue.Queue()
         self.notifier = Notifier()
