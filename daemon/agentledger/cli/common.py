@@ -186,6 +186,18 @@ def count(text: str) -> int:
     return value
 
 
+def iteration_number(text: str) -> int:
+    """An argparse type: an iteration number, a whole number from 0 to 2**63 - 1 (what
+    the ledger can hold)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an iteration number: {text!r} (a whole number from 0)") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"not an iteration number: {text} (a whole number from 0 to 2**63 - 1)")
+    return value
+
+
 def output_file(path) -> None:
     """Fail before any work when ``path`` (an ``--output``) cannot be created."""
     from pathlib import Path

@@ -13,6 +13,7 @@ from .common import (
     NO_SOURCES,
     UsageError,
     empty_source_warnings,
+    iteration_number,
     load_config,
     open_ledger,
     print_report,
@@ -36,7 +37,7 @@ def add_commands(cmd) -> None:
     p.set_defaults(func=cmd_run)
 
     p = cmd("score", "Ingest and score one iteration (the close-task hook), print its breakdown.")
-    p.add_argument("iteration", type=int, metavar="N")
+    p.add_argument("iteration", type=iteration_number, metavar="N")
     p.add_argument("--source", metavar="NAME", help="which configured iteration log (name or path)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_score)

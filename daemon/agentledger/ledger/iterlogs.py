@@ -41,7 +41,7 @@ class IterationLogs:
                 return report
             seen = {c.rel for c in cands}
             gone = [r[0] for r in conn.execute(
-                "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?)",
+                "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?,?)",
                 (src.id, *S.LOG_KINDS)) if r[0] not in seen]
             cands += S.log_candidates(src, gone)
             self._commit(src, self._observe(src, cands, None, report), report)

@@ -54,8 +54,8 @@ class Tailing:
         wanted = {d for s in self.ctx.cfg.iteration_logs for d in s.vally_transcripts}
         if src.path in wanted:
             return self._tail(src.id, src.path, vally.discover(src.path),
-                              vally.events_for_with_trajectories, mode="jsonl+turns")
-        return self._tail(src.id, src.path, vally.discover(src.path), vally.events_for)
+                              vally.events_for_with_trajectories, mode="jsonl+turns", kind="vally")
+        return self._tail(src.id, src.path, vally.discover(src.path), vally.events_for, kind="vally")
 
     def transcripts(self, directory: Path) -> Report:
         """Tail the ``*.jsonl`` transcripts directly in ``directory`` (a missing one is skipped)."""
@@ -64,18 +64,24 @@ class Tailing:
         if not directory.is_dir():
             return Report()
         return self._tail(str(directory), directory, transcripts.discover(directory),
-                          transcripts.events_for, complete=transcripts.complete_line)
+                          transcripts.events_for, complete=transcripts.complete_line, kind="transcript")
 
     def _tail(self, source: str, root: Path, rels: list[str], events_for, mode: str = "jsonl",
-              complete: Callable[[bytes], bool] | None = None) -> Report:
+              complete: Callable[[bytes], bool] | None = None, kind: str = "vally") -> Report:
         """Tail ``rels`` under ``root``. ``mode`` is recorded with each file's position:
         a file last read in another mode (e.g. before its trajectories were opted in)
         is read again from the start; idempotency keys keep the old events unique.
-        ``complete``: which unterminated last lines count already (``jsonl.tail``)."""
-        from ..sources import jsonl
+        ``complete``: which unterminated last lines count already (``jsonl.tail``).
+        A file that resolves outside ``root`` is quarantined by name, never read."""
+        from ..sources import confine, jsonl
 
         report = Report()
         for rel in rels:
+            try:
+                path = confine.resolve_within(root / rel, root)
+            except confine.Outside as exc:
+                self._refuse(source, root, rel, str(exc), kind, report)
+                continue
             row = self.ctx.conn.execute(
                 "SELECT byte_offset, line_no, fingerprint, kind, open_line FROM source_checkpoints"
                 " WHERE source = ? AND path = ?", (source, rel)).fetchone()
@@ -84,12 +90,12 @@ class Tailing:
             previous = ({"offset": row[0], "line_no": row[1], "fingerprint": row[2]} if row else None)
             pos = jsonl.Position(row[0], row[1], row[2], row[4]) if row else jsonl.Position()
             try:
-                shown = self._shown(root / rel, pos.offset)
-                moved = None if pos.open else self._in_parallel(source, root / rel, rel, pos, events_for,
+                shown = self._shown(path, pos.offset)
+                moved = None if pos.open else self._in_parallel(source, path, rel, pos, events_for,
                                                                 report, mode, shown)
                 if moved is not None:
                     pos, previous = moved, None
-                batches = jsonl.tail(root / rel, pos, max_line_bytes=self.ctx.cfg.limits.max_line_bytes,
+                batches = jsonl.tail(path, pos, max_line_bytes=self.ctx.cfg.limits.max_line_bytes,
                                      max_batch_bytes=16 << 20, max_lines=5000, complete=complete)
                 for batch in batches:
                     self._commit(source, rel, batch, events_for(source, rel, batch, previous), report, mode)
@@ -99,6 +105,20 @@ class Tailing:
             except OSError as exc:  # vanished or unreadable: keep its history, say so
                 report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
+
+    def _refuse(self, source: str, root: Path, rel: str, reason: str, kind: str, report: Report) -> None:
+        """One quarantine record for a link that leads outside the tree (again only
+        once the link itself changes)."""
+        from ..sources.vally import _quarantine
+
+        try:
+            st = os.lstat(root / rel)
+            tag = f"outside-{st.st_ino}-{st.st_mtime_ns}"
+        except OSError:
+            tag = "outside"
+        with commit.transaction(self.ctx) as projector:
+            commit.record(self.ctx, [_quarantine(source, rel, 0, 0, tag, reason, kind)], projector, report,
+                          root / rel)
 
     def _in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Report, mode: str,
                      shown: Callable[[int], None] | None = None):

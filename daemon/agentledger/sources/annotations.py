@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from ..store.events import Event
+from . import confine
 
 log = logging.getLogger("agentledger")
 KIND = "annotation"
@@ -71,7 +72,7 @@ def events_for(source: str, rel: str, data: bytes, previous: str | None, sha: st
 
 def quarantine(source: str, rel: str, line: int | None, reason: str, sha: str | None, base: str) -> Event:
     return Event("source.quarantined", f"{source}:{rel}", source, base + "|q",
-                 {"path": rel, "kind": KIND, "reason": reason, "line": line, "column": None,
+                 {"path": rel, "kind": KIND, "reason": confine.bounded(reason), "line": line, "column": None,
                   "byte_offset": None, "content_hash": f"sha256:{sha}" if sha else None},
                  source_path=rel, source_position=str(line) if line else None)
 

@@ -30,16 +30,19 @@ from ..model import HookOutcomes, Labels, to_jsonable
 from ..output.sidecars import is_temp_name, unsafe_session_id
 from ..store.events import Event, content_hash
 from . import artifacts_parse as A
+from . import confine
 from .iterlog_parse import parse_historical, parse_record
 from .sidefiles_parse import parse_hook_outcomes, parse_labels
 
-RECORD, HISTORICAL, HOOK, LABELS = "record", "historical", "hook_outcomes", "labels"
-LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS)
+RECORD, HISTORICAL, HOOK, LABELS, MISNAMED = "record", "historical", "hook_outcomes", "labels", "misnamed"
+LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)
 ARTIFACT_KINDS = (A.VERIFIER_RESULT, A.REVIEW_DECISION, A.TASKS)
 
 _RECORD_RE = re.compile(r"^iter-(\d+)\.yaml$")
 _HOOK_RE = re.compile(r"^iter-(\d+)\.hook-outcomes\.yaml$")
 _LABELS_RE = re.compile(r"^iter-(\d+)\.labels\.yaml$")
+# looks like an iteration record but names no iteration (iter--1.yaml, iter-x.yaml): refused with a reason
+_MISNAMED_RE = re.compile(r"^iter-[^.]*\.yaml$")
 TASKS_GLOB = ".agents/workflow/plans/*/TASKS.yaml"
 
 
@@ -53,6 +56,8 @@ def classify(name: str) -> tuple[str, int | None] | None:
         m = rx.match(name)
         if m:
             return kind, int(m.group(1))
+    if _MISNAMED_RE.match(name):
+        return MISNAMED, None
     return None
 
 
@@ -62,6 +67,7 @@ class Candidate:
     rel: str  # name in the log dir, or repo-relative path for artifacts
     abs: Path
     n: int | None = None  # N from the file name (side files)
+    root: Path | None = None  # the tree it must resolve inside (confine.py); default: abs's directory
 
 
 @dataclass
@@ -92,7 +98,7 @@ def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) 
     for name in names:
         c = classify(name)
         if c is not None:
-            out.append(Candidate(c[0], name, src.path / name, c[1]))
+            out.append(Candidate(c[0], name, src.path / name, c[1], src.path))
     return out
 
 
@@ -107,7 +113,7 @@ def tasks_candidates(src: IterationLogSource) -> list[Candidate]:
         rel = f".agents/workflow/plans/{e.name}/TASKS.yaml"
         p = src.repo / rel
         if os.path.lexists(p):
-            out.append(Candidate(A.TASKS, rel, p))
+            out.append(Candidate(A.TASKS, rel, p, root=src.repo))
     return out
 
 
@@ -117,7 +123,7 @@ def artifact_candidates(src: IterationLogSource, refs: Iterable[tuple[str, str]]
     for kind, raw in refs:
         rel = A.resolve_artifact_path(raw)
         if rel is not None and rel not in out:
-            out[rel] = Candidate(kind, rel, src.repo / rel)
+            out[rel] = Candidate(kind, rel, src.repo / rel, root=src.repo)
     return list(out.values())
 
 
@@ -163,7 +169,7 @@ def observe(src: IterationLogSource, cand: Candidate, checkpoint: dict | None,
                   f"({limits.max_file_bytes}); not read")
     else:
         try:
-            with open(cand.abs, "rb") as fh:
+            with confine.open_within(cand.abs, cand.root or cand.abs.parent) as fh:
                 # Size the read from stat (a read(limit) would allocate the whole
                 # limit each time); a file that grew meanwhile is read on, to the limit.
                 data = fh.read(st.st_size + 1) if st is not None else b""
@@ -197,13 +203,14 @@ def quarantine_event(src: IterationLogSource, obs: Observation, reason: str, *, 
         pos = f"{line}:{column}" if column is not None else str(line)
     elif byte_offset is not None:
         pos = f"@{byte_offset}"
-    payload = {"path": obs.cand.rel, "kind": obs.cand.kind, "reason": reason, "line": line,
+    payload = {"path": obs.cand.rel, "kind": obs.cand.kind, "reason": confine.bounded(reason), "line": line,
                "column": column, "byte_offset": byte_offset, "content_hash": obs.digest}
     return _event(src, obs, "source.quarantined", payload, pos)
 
 
 def _unreadable(src: IterationLogSource, obs: Observation, reason: str) -> None:
     c = obs.cand
+    reason = confine.bounded(reason)
     if c.kind == HOOK:
         outcome = HookOutcomes(error=reason, read_error=True)
         obs.events.append(_event(src, obs, "hook_outcomes.recorded",
@@ -230,12 +237,21 @@ def _decode_text(src: IterationLogSource, obs: Observation, data: bytes) -> str 
 
 def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadLimits) -> None:
     c = obs.cand
+    if c.kind == MISNAMED:
+        obs.events.append(quarantine_event(src, obs, f"{c.rel} is not an iteration file name (iter-N.yaml, N a whole"
+                                                     " number from 0): not ingested"))
+        return
     text = _decode_text(src, obs, data)
     if text is None:
         return
     try:
         if c.kind == RECORD:
             rec = parse_record(text)
+            if c.rel != f"iter-{rec.iteration}.yaml":  # it would take the place of another file's iteration
+                obs.events.append(quarantine_event(
+                    src, obs, f"{c.rel} says iteration {rec.iteration}, whose record is iter-{rec.iteration}.yaml;"
+                              " not ingested (an iteration's record is the file named for it)"))
+                return
             obs.events.append(_event(src, obs, "iteration.recorded",
                                      {"file": c.rel, "record": rec.to_json()}))
             sid = rec.agent.session_id

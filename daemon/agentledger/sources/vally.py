@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..store.events import Event
+from . import confine
 from .jsonl import Batch, Line, Oversize, reset_event
 
 log = logging.getLogger("agentledger")
@@ -94,6 +95,6 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None, *,
 def _quarantine(source: str, rel: str, offset: int, line_no: int, tag: str, reason: str,
                 kind: str = "vally") -> Event:
     return Event("source.quarantined", f"{source}:{rel}", source, f"{source}|{rel}|{offset}|{tag}|q",
-                 {"path": rel, "kind": kind, "reason": reason, "line": line_no, "column": None,
+                 {"path": rel, "kind": kind, "reason": confine.bounded(reason), "line": line_no, "column": None,
                   "byte_offset": offset, "content_hash": None},
                  source_path=rel, source_position=f"{line_no}@{offset}")

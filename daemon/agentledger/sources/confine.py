@@ -1,0 +1,53 @@
+"""What a source may read, and what it may repeat of what it read.
+
+Every file a source reads must resolve inside that source's configured tree (the
+iteration-log directory, the repository for the artifacts and plans its records
+name, the vally or transcript directory): a symbolic link that leads elsewhere
+(``iter-97.yaml -> /etc/passwd``) is refused by name, never opened, so nothing of
+its target reaches the ledger, a quarantine reason or the team ledger. The file
+that is read is the resolved path, opened with ``O_NOFOLLOW``, so a link swapped
+in after the check is refused by the kernel.
+
+A quarantine reason repeats at most a short, escaped excerpt of the file's own
+bytes (``bounded``): parser messages quote what they choke on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REASON_CHARS = 300  # a quarantine reason is at most this long
+
+
+class Outside(OSError):
+    """The path resolves outside the source's tree; ``strerror`` says so, naming the link only."""
+
+
+def resolve_within(path: Path, root: Path) -> Path:
+    """``path`` with every symbolic link resolved, or Outside when that is not
+    inside ``root`` (itself resolved: a configured directory may be a link)."""
+    real = os.path.realpath(path)
+    base = os.path.realpath(root)
+    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+        raise Outside(f"{path.name} is a symbolic link that leads outside {root}; not read")
+    return Path(real)
+
+
+def open_within(path: Path, root: Path):
+    """A binary file object for ``path``, refused (Outside) when it resolves outside ``root``."""
+    real = resolve_within(path, root)
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return os.fdopen(fd, "rb")
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def bounded(reason: str) -> str:
+    """A quarantine reason fit to store, show and ship: control characters escaped
+    (``\\x00``), at most ``REASON_CHARS`` characters."""
+    text = _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", reason.replace("\n", " ").replace("\t", " "))
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"

@@ -1,0 +1,141 @@
+"""Only the sources are read, and nothing a file says can take another file's place:
+links out of the tree, files that claim another iteration, names that name none,
+and quarantine reasons that would repeat a file's bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from agentledger.example import synth
+
+from .conftest import cli_subprocess, run_cli
+
+
+def setup(tmp_path: Path, n: int = 20):
+    gen = synth.generate(tmp_path / "gen", n, seed=5)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
+    code, _, err = run_cli("ingest", *args)
+    assert code == 0, err
+    return gen, db, args
+
+
+def quarantine(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT path, reason FROM quarantine WHERE resolved_seq IS NULL ORDER BY seq").fetchall()
+
+
+def record_of(db: Path, n: int) -> tuple | None:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT file, content_hash FROM iterations WHERE iteration = ?", (n,)).fetchone()
+
+
+def all_text(db: Path) -> str:
+    """Every event payload and quarantine reason, as one string to search."""
+    with sqlite3.connect(db) as c:
+        return "\n".join([r[0] for r in c.execute("SELECT payload FROM events")]
+                         + [r[0] for r in c.execute("SELECT reason FROM quarantine")])
+
+
+def test_a_link_out_of_the_tree_is_refused_by_name_and_never_read(tmp_path: Path) -> None:
+    gen, db, args = setup(tmp_path)
+    secret = tmp_path / "outside" / "secret.yaml"
+    secret.parent.mkdir()
+    secret.write_text((gen.log / "iter-3.yaml").read_text().replace("iteration: 3", "iteration: 97")
+                      + "# TOP-SECRET-MARKER\n")
+    os.symlink("/etc/passwd", gen.log / "iter-96.yaml")
+    os.symlink(secret, gen.log / "iter-97.yaml")
+    (gen.log / "archive").mkdir()
+    inside = gen.log / "archive" / "iter-98.yaml"
+    inside.write_text((gen.log / "iter-3.yaml").read_text().replace("iteration: 3", "iteration: 98"))
+    os.symlink(inside, gen.log / "iter-98.yaml")  # a link that stays inside the tree is read
+    code, _, err = run_cli("ingest", *args)
+    assert code == 0, err
+    problems = dict(quarantine(db))
+    for name in ("iter-96.yaml", "iter-97.yaml"):
+        assert "symbolic link that leads outside" in problems[name] and name in problems[name]
+    assert record_of(db, 97) is None and record_of(db, 98) is not None
+    text = all_text(db)
+    assert "root:" not in text and "TOP-SECRET-MARKER" not in text and str(secret) not in text
+
+
+def test_a_vally_results_link_out_of_the_tree_is_refused(tmp_path: Path) -> None:
+    runs = tmp_path / "vally" / "run-a"
+    runs.mkdir(parents=True)
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_bytes(synth.vally_trial_line(1))
+    os.symlink(outside, runs / "results.jsonl")
+    db = tmp_path / "l.sqlite"
+    code, _, err = run_cli("ingest", "--vally", str(tmp_path / "vally"), "--db", str(db))
+    assert code == 0, err
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM trials").fetchone()[0] == 0
+        reasons = [r[0] for r in c.execute("SELECT reason FROM quarantine")]
+    assert len(reasons) == 1 and "leads outside" in reasons[0]
+    assert run_cli("ingest", "--vally", str(tmp_path / "vally"), "--db", str(db))[0] == 0
+    with sqlite3.connect(db) as c:  # once, not once a scan
+        assert c.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 1
+
+
+def test_a_file_that_claims_another_iteration_never_takes_its_place(tmp_path: Path) -> None:
+    gen, db, args = setup(tmp_path)
+    real = record_of(db, 6)
+    with sqlite3.connect(db) as c:
+        score = c.execute("SELECT value, inputs_hash FROM latest_scores WHERE iteration = 6").fetchone()
+    body = (gen.log / "iter-6.yaml").read_text()
+    (gen.log / "iter-94.yaml").write_text(body.replace("task_id:", "task_id: forged-", 1))
+    (gen.log / "iter-006.yaml").write_text(body.replace("task_id:", "task_id: forged-", 1))
+    (gen.log / "iter--1.yaml").write_text(body.replace("iteration: 6", "iteration: -1"))
+    (gen.log / "iter-x.yaml").write_text(body)
+    code, _, err = run_cli("ingest", *args)
+    assert code == 0, err
+    assert record_of(db, 6) == real
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT value, inputs_hash FROM latest_scores WHERE iteration = 6").fetchone() == score
+        assert c.execute("SELECT count(*) FROM iterations WHERE iteration IN (94, -1)").fetchone()[0] == 0
+    problems = dict(quarantine(db))
+    assert "iter-94.yaml says iteration 6, whose record is iter-6.yaml" in problems["iter-94.yaml"]
+    assert "iter-006.yaml says iteration 6, whose record is iter-6.yaml" in problems["iter-006.yaml"]
+    assert "not an iteration file name" in problems["iter--1.yaml"]
+    assert "not an iteration file name" in problems["iter-x.yaml"]
+    # removing the impostor resolves its problem
+    (gen.log / "iter-94.yaml").unlink()
+    assert run_cli("ingest", *args)[0] == 0
+    assert "iter-94.yaml" not in dict(quarantine(db))
+
+
+def test_score_refuses_an_iteration_number_that_is_none(tmp_path: Path) -> None:
+    for bad in ("-1", "99999999999999999999", "x"):
+        proc = cli_subprocess("score", bad)
+        lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "not an iteration number" in lines[0], proc.stderr
+
+
+def test_a_quarantine_reason_repeats_little_of_the_file_and_nothing_unprintable(tmp_path: Path) -> None:
+    gen, db, args = setup(tmp_path)
+    junk = "iteration: 7\ntask_id: [" + "\x1b[31mA" * 5000 + "\n"
+    (gen.log / "iter-7.yaml").write_text(junk)
+    runs = tmp_path / "vally" / "run-a"
+    runs.mkdir(parents=True)
+    (runs / "results.jsonl").write_bytes(b'{"type": "trial-result", "x": "' + b"\x1b" * 10 + b"B" * 9000 + b'"\n')
+    assert run_cli("ingest", *args, "--vally", str(tmp_path / "vally"))[0] == 0
+    with sqlite3.connect(db) as c:
+        reasons = [r[0] for r in c.execute("SELECT reason FROM quarantine")]
+    assert len(reasons) >= 2
+    for reason in reasons:
+        assert len(reason) <= 300 and "\x1b" not in reason and "\n" not in reason, reason
+    json.dumps(reasons)
+
+
+def test_bounded_escapes_and_cuts_what_a_parser_quotes() -> None:
+    from agentledger.sources.confine import REASON_CHARS, bounded
+
+    quoted = "cannot unmarshal !!str `" + "\x1b[31mroot:x:0:0\u2028\x00" * 100 + "` into int\nsecond line"
+    out = bounded(quoted)
+    assert len(out) == REASON_CHARS and out.endswith("…")
+    assert "\x1b" not in out and "\x00" not in out and "\u2028" not in out and "\n" not in out
+    assert out.startswith("cannot unmarshal !!str `\\x1b[31mroot:x:0:0\\u2028\\x00")
+    assert bounded("short and clean") == "short and clean"
