@@ -146,9 +146,11 @@ def test_status_and_quarantine_of_bad_fixtures(tmp_path: Path, empty_repo) -> No
     assert st["quarantined"] == 6 and st["iterations"] == 1 and st["active_rubric"] == "2.1.0"
 
     # The next valid write of a quarantined file is ingested and clears its quarantine.
-    shutil.copy(TESTDATA / "v2_sparse.yaml", log / "iter-3.yaml")
+    # (a record is the file named for it: v2_sparse.yaml says iteration 65, so it is made iteration 3's)
+    (log / "iter-3.yaml").write_text((TESTDATA / "v2_sparse.yaml").read_text().replace("iteration: 65",
+                                                                                       "iteration: 3", 1))
     code, out, _ = run_cli("ingest", "--once", "--json", *args)
-    assert json.loads(out)["scored"] == 1 and (log / "iter-65.score.yaml").is_file()
+    assert json.loads(out)["scored"] == 1 and (log / "iter-3.score.yaml").is_file()
     code, out, _ = run_cli("quarantine", "--json", *args)
     assert "iter-3.yaml" not in {q["path"] for q in json.loads(out)}
     code, out, _ = run_cli("quarantine", "--all", "--json", *args)

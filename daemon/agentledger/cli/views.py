@@ -93,10 +93,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
     total = 0
     bar, update = progress_bar("import") if src is not sys.stdin and os.path.isfile(args.file) else (None, None)
-    if bar:  # a file on a terminal: count its lines first, so the bar has a total
-        total = sum(1 for line in src if line.strip())
-        src.seek(0)
     try:
+        if bar:  # a file on a terminal: count its lines first, so the bar has a total
+            total = sum(1 for line in src if line.strip())
+            src.seek(0)
         if bar:
             with bar:
                 read, new = export.import_lines(conn, src, progress=update, total=total)
@@ -104,6 +104,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             read, new = export.import_lines(conn, src)
     except export.ImportError_ as exc:
         raise Failure(f"import: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise Failure(f"import: not an agentledger event export: the file is not UTF-8 text (byte {exc.start}"
+                      " of a line); nothing was imported") from None
     finally:
         if src is not sys.stdin:
             src.close()

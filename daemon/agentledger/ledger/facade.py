@@ -223,7 +223,7 @@ class Ledger:
                 finish = functools.partial(self.planner.record_trunk_rows, src)
                 if everything:
                     return self.scoring.score(src, finish=finish, progress=progress)
-                todo = self.planner.affected(src)
+                todo = sorted(set(self.planner.affected(src)) | set(self.scoring.unverified(src)))
                 if todo:
                     return self.scoring.score(src, todo, finish=finish, progress=progress)
                 self.planner.record_trunk(src)

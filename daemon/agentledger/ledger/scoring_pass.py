@@ -94,15 +94,28 @@ class ScoringPass:
         report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))
         return report
 
+    def unverified(self, src: IterationLogSource) -> list[int]:
+        """Iterations whose score under the active rubric came in by ``import`` and has
+        not been scored here yet (nearly always none: one indexed look-up)."""
+        return [r[0] for r in self.ctx.conn.execute(
+            "SELECT s.iteration FROM imported_scores u JOIN scores s ON s.seq = u.seq"
+            " WHERE s.source = ? AND s.rubric_version = ?", (src.id, self.ctx.rubric.version))]
+
     def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
                  report: Report) -> list[Event]:
         """The ``score.computed`` events of the iterations whose inputs hash changed."""
-        sql = "SELECT iteration, inputs_hash FROM scores WHERE source = ? AND rubric_version = ?"
+        sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u ON u.seq = s.seq"
+               " WHERE s.source = ? AND s.rubric_version = ?")
         args: list = [src.id, version]
         if iterations is not None:
-            sql += " AND iteration IN (SELECT value FROM json_each(?))"
+            sql += " AND s.iteration IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(iterations))
-        existing = {r[0]: r[1] for r in self.ctx.conn.execute(sql, args)}
+        existing, imported = {}, {}
+        for it, digest, imported_seq in self.ctx.conn.execute(sql, args):
+            if imported_seq is None:
+                existing[it] = digest
+            else:  # an imported score is scored again here, from the inputs, before it counts
+                imported[it] = f"imported-{imported_seq}"
         jobs = [(version, marker, x, record_json, existing.get(x.record.iteration)) for x, record_json in inputs]
         todo: list[Event] = []
         for result in pmap(_score_job, jobs):
@@ -111,7 +124,7 @@ class ScoringPass:
                 continue
             payload, payload_json, payload_hash, data, data_sha = result
             it = payload["iteration"]
-            prev = existing.get(it)
+            prev = existing.get(it) or imported.get(it)
             todo.append(Event("score.computed", f"{src.id}:score:{it}", src.id,
                               f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
                               content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),

@@ -49,8 +49,9 @@ class SidecarSync:
             self.writer.close()
             for err in self.writer.take()[1]:  # no report left to carry them
                 log.error(err)
-            if self._check_conn is not None:
-                self._check_conn.close()
+        if self._check_conn is not None:  # also opened by a pass's own writer (scoring_pass)
+            self._check_conn.close()
+            self._check_conn = None
 
     def fsync(self, count: int) -> bool:
         """Whether sidecar writes are fsynced: see ``[sidecars] fsync`` in config.example.toml."""
@@ -100,18 +101,22 @@ class SidecarSync:
                 return report
             filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
             args += list(iterations)
+        # never from a score that came in by import and was not scored here (scoring_pass)
         rows = conn.execute(
             "SELECT s.iteration, s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
-            " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?" + filt, args)
+            " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?"
+            " AND s.seq NOT IN (SELECT seq FROM imported_scores)" + filt, args)
         stale = [r for r in rows if r["iteration"] not in skip_iterations
                  and disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
         fsync = self.fsync(len(stale))
         for r in stale:
             data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
             report.sidecars_written += self.write(src.path / r["sidecar"], data, report, fsync)
-        sql = "SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?" \
-              " AND sidecar IS NOT NULL"
-        sargs: list = [src.id, version]
+        sql = ("SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?"
+               " AND sidecar IS NOT NULL AND session_id NOT IN (SELECT i.session_id FROM imported_scores u"
+               " JOIN scores s ON s.seq = u.seq JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
+               " WHERE s.source = ? AND s.rubric_version = ?)")
+        sargs: list = [src.id, version, src.id, version]
         if iterations is not None:
             sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
                     % ",".join("?" * len(iterations)))

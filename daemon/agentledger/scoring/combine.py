@@ -142,3 +142,43 @@ def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None) ->
             delta=observed.sub_score - claimed.sub_score if comparable else 0.0,
         ))
     return tuple(out)
+
+
+def inconsistency(payload: dict) -> str | None:
+    """Why a ``score.computed`` payload is not what this rubric makes of its own
+    breakdown (None when it is): the rubric is known, the rows are its signals in
+    its order with its weights, and combining their sub-scores again gives the same
+    rows, value, band and ``scored``, bit for bit. An edited value, band, weight or
+    contribution is caught; a consistently forged sub-score is not (only rescoring
+    from the inputs can tell: ``ledger/`` rescores every imported score before any
+    sidecar is written from it)."""
+    from ..model import decode_float
+    from .rubric import UnknownRubric, load
+
+    try:
+        rubric = load(payload["rubric_version"])
+    except UnknownRubric:
+        return f"rubric {payload.get('rubric_version')!r} is unknown here"
+    rows = payload.get("breakdown") or []
+    if [r.get("signal") for r in rows] != list(rubric.ids):
+        return f"its breakdown is not rubric {rubric.version}'s signals in order"
+    try:
+        values = {r["signal"]: SignalValue(bool(r["present"]), decode_float(r["sub_score"]), r["detail"])
+                  for r in rows}
+        scored, value, band, again = combine(rubric, values)
+        if (scored, band) != (payload["scored"], payload["band"]) or not _same(value, decode_float(payload["value"])):
+            return "its value, band or scored flag is not what its breakdown gives"
+        for row, want in zip(rows, again):
+            got = (row["present"], decode_float(row["nominal_weight"]), decode_float(row["effective_weight"]),
+                   decode_float(row["contribution"]), row["label"])
+            if got[0] != want.present or got[4] != want.label or not all(
+                    _same(a, b) for a, b in zip(got[1:4], (want.nominal_weight, want.effective_weight,
+                                                          want.contribution))):
+                return f"its {row['signal']} row is not what rubric {rubric.version} makes of it"
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"its breakdown is malformed ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # bit-exact, NaN equal to NaN

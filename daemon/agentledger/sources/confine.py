@@ -42,12 +42,13 @@ def open_within(path: Path, root: Path):
     return os.fdopen(fd, "rb")
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # not \t, \n
 
 
 def bounded(reason: str) -> str:
     """A quarantine reason fit to store, show and ship: control characters escaped
-    (``\\x00``), at most ``REASON_CHARS`` characters."""
+    (``\\x00``; the line breaks of a multi-line parser message stay), at most
+    ``REASON_CHARS`` characters."""
     text = _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                            else f"\\u{ord(m.group()):04x}", reason.replace("\n", " ").replace("\t", " "))
+                            else f"\\u{ord(m.group()):04x}", reason)
     return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"
