@@ -19,6 +19,7 @@ DECLARE
     resolving constant text[] := ARRAY['iteration.recorded', 'historical.recorded', 'hook_outcomes.recorded',
                                        'labels.recorded', 'artifact.recorded', 'file.removed',
                                        'annotation.recorded'];
+    line_kinds constant text[] := ARRAY['vally', 'transcript'];
 BEGIN
     PERFORM agentledger.claim(ARRAY[p_ledger]);
     -- one range at a time per ledger: batches sent on several connections at once
@@ -103,26 +104,34 @@ BEGIN
     -- quarantine: recorded (resolved already if a later event about the same file is on the
     -- server), and earlier open records resolved by this range's events; the first later
     -- event resolves, as locally
+    -- (a file read whole has one open problem: a newer quarantine of it resolves the older,
+    -- as store/projections.py LINE_KINDS says; a tailed file's line records stay apart)
     IF 'source.quarantined' = ANY (p_types) THEN
         INSERT INTO agentledger.quarantine (ledger_id, seq, source, path, kind, line, col, byte_offset, reason,
                                             resolved_seq)
         SELECT e.ledger_id, e.seq, e.source, e.payload->>'path', e.payload->>'kind', (e.payload->>'line')::integer,
                (e.payload->>'column')::integer, (e.payload->>'byte_offset')::bigint, e.payload->>'reason',
                (SELECT min(r.seq) FROM agentledger.events r
-                WHERE r.ledger_id = e.ledger_id AND r.seq > e.seq AND r.type = ANY (resolving)
+                WHERE r.ledger_id = e.ledger_id AND r.seq > e.seq
+                  AND (r.type = ANY (resolving) OR (r.type = 'source.quarantined'
+                                                    AND NOT r.payload->>'kind' = ANY (line_kinds)))
                   AND r.source = e.source AND coalesce(r.payload->>'file', r.payload->>'path') = e.payload->>'path')
         FROM agentledger.events e
         WHERE e.ledger_id = p_ledger AND e.seq > p_lo AND e.seq <= p_hi AND e.type = 'source.quarantined'
         ON CONFLICT DO NOTHING;
     END IF;
-    IF p_types && resolving THEN
+    IF p_types && (resolving || 'source.quarantined'::text) THEN
         UPDATE agentledger.quarantine q SET resolved_seq = (
             SELECT min(r.seq) FROM agentledger.events r
-            WHERE r.ledger_id = q.ledger_id AND r.seq > q.seq AND r.type = ANY (resolving) AND r.source = q.source
-              AND coalesce(r.payload->>'file', r.payload->>'path') = q.path)
+            WHERE r.ledger_id = q.ledger_id AND r.seq > q.seq
+              AND (r.type = ANY (resolving) OR (r.type = 'source.quarantined'
+                                                AND NOT r.payload->>'kind' = ANY (line_kinds)))
+              AND r.source = q.source AND coalesce(r.payload->>'file', r.payload->>'path') = q.path)
         WHERE q.ledger_id = p_ledger AND q.resolved_seq IS NULL AND (q.source, q.path) IN (
             SELECT e.source, coalesce(e.payload->>'file', e.payload->>'path') FROM agentledger.events e
-            WHERE e.ledger_id = p_ledger AND e.seq > p_lo AND e.seq <= p_hi AND e.type = ANY (resolving));
+            WHERE e.ledger_id = p_ledger AND e.seq > p_lo AND e.seq <= p_hi
+              AND (e.type = ANY (resolving) OR (e.type = 'source.quarantined'
+                                                AND NOT e.payload->>'kind' = ANY (line_kinds))));
     END IF;
 
     UPDATE agentledger.ledgers SET last_shipped_at = now(), last_seq = greatest(last_seq, p_hi)

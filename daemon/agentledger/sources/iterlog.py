@@ -154,8 +154,9 @@ def observe(src: IterationLogSource, cand: Candidate, checkpoint: dict | None,
         ev = Event("file.removed", f"{src.id}:{cand.rel}", src.id, "",
                    {"file": cand.rel, "kind": cand.kind}, source_path=cand.rel)
         return Observation(cand, None, None, [ev])
-    if checkpoint is not None and checkpoint.get("stat") == key and checkpoint.get("content_hash"):
-        return None
+    known = checkpoint.get("content_hash") if checkpoint is not None else None
+    if known and checkpoint.get("stat") == key and not known.startswith("error:"):  # type: ignore[union-attr]
+        return None  # a file that could not be read is tried again (chmod changes no stat key)
     data: bytes | None = None
     reason = None
     if err is not None:

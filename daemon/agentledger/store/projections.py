@@ -54,6 +54,11 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
     )
 
 
+# quarantine kinds of tailed files, whose records are about one line each: a file of
+# any other kind (read whole) has at most one open problem, its newest
+LINE_KINDS = ("vally", "transcript")
+
+
 @dataclass
 class Touched:
     """What a batch of events changed, for choosing which iterations to rescore."""
@@ -241,6 +246,8 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
             self.touched.iterations.add((source, it))
 
     def _source_quarantined(self, ev: Event, p: dict[str, Any]) -> None:
+        if p["kind"] not in LINE_KINDS:  # a file has one open problem: its newest
+            self._resolve_quarantine(ev.source, p["path"], ev.seq)
         self.conn.execute(
             "INSERT INTO quarantine (source, path, kind, line, col, byte_offset, reason, content_hash, seq)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
