@@ -486,3 +486,23 @@ def test_the_daemon_follows_a_rubric_the_hook_activated_and_never_reverts_it(tmp
             assert {r[0] for r in c.execute("SELECT rubric_version FROM latest_scores")} == {"2.1.0"}
         assert all(b"rubric_version: 2.1.0" in p.read_bytes() for p in log.glob("iter-*.score.yaml"))
     assert "rubric 2.1.0 -> 3.0.0" not in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_sidecar_that_cannot_be_written_is_said_once_and_holds_nothing_up(tmp_path: Path, make_repo) -> None:
+    repo = make_repo()
+    log = log_of(tmp_path, 3)
+    os.symlink(tmp_path / "nowhere", log / "iter-2.score.yaml")
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        for k in range(2):  # two reloads: two more full scans that meet the same problem
+            proc.send_signal(signal.SIGHUP)
+            assert wait_until(lambda k=k: sum("READY=1" in m for m in list(notify.messages)) >= k + 2, 60)
+        (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=1))
+        assert wait_until(lambda: (log / "iter-4.score.yaml").is_file(), 60)
+    text = (tmp_path / "daemon.log").read_text()
+    assert text.count("sidecar not written") == 1, text
+    assert (log / "iter-1.score.yaml").is_file() and (log / "iter-3.score.yaml").is_file()
+    assert "Traceback" not in text

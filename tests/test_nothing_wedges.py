@@ -79,3 +79,45 @@ def test_a_file_made_readable_again_is_read(tmp_path: Path) -> None:
         assert open_problems(db, "iter-6.yaml") == [] and (gen.log / "iter-6.score.yaml").is_file()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_sidecar_that_cannot_be_written_is_a_problem_record_and_the_rest_completes(tmp_path: Path) -> None:
+    import json
+
+    gen = synth.generate(tmp_path / "gen", 12, seed=6)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
+    target = gen.log / "iter-8.score.yaml"
+    os.symlink(tmp_path / "elsewhere.yaml", target)
+    code, _, err = run_cli("ingest", *args)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 1 and len(lines) == 1 and str(target) in lines[0] and "quarantine" in lines[0], err
+    assert len(list(gen.log.glob("iter-*.score.yaml"))) == 12 and target.is_symlink()
+    assert not (tmp_path / "elsewhere.yaml").exists()
+    # a backfill completes, says the problem once more as a count, and status says it is done
+    code, _, err = run_cli("backfill", "--rubric", "3.0.0", *args)
+    assert code == 1 and "1 sidecar(s) still cannot be written" in err
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM events WHERE type = 'backfill.completed'").fetchone()[0] == 1
+    code, out, _ = run_cli("status", *args)
+    assert "backfill" not in out.lower() or "in progress" not in out.lower()
+    assert "not written   1 sidecar(s)" in out
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    problems = [q for q in json.loads(out) if q["kind"] == "sidecar"]
+    assert [q["path"] for q in problems] == [str(target)] and "not a regular file" in problems[0]["reason"]
+    # the hook says what happened to its sidecar
+    code, out, err = run_cli("score", "8", *args)
+    assert code == 1 and "(NOT WRITTEN: see below)" in out and "still cannot be written" in err
+    code, out, err = run_cli("score", "9", "-q", *args)
+    assert code == 0 and out == ""  # -q: errors only
+    # rebuild does everything else
+    for p in gen.log.glob("iter-*.score.yaml"):
+        if not p.is_symlink():
+            p.unlink()
+    code, _, err = run_cli("rebuild", *args)
+    assert code == 1 and len(list(gen.log.glob("iter-*.score.yaml"))) == 12
+    # fixed: written, and the problem is gone
+    target.unlink()
+    assert run_cli("ingest", *args)[0] == 0 and target.is_file() and not target.is_symlink()
+    code, out, _ = run_cli("quarantine", "--json", *args)
+    assert not [q for q in json.loads(out) if q["kind"] == "sidecar"]

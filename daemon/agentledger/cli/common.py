@@ -159,8 +159,21 @@ def progress_bar(label: str = "scoring"):
 
 
 def report_dict(report) -> dict:
-    return {k: getattr(report, k) for k in ("events", "quarantined", "files_read", "scored", "unchanged",
-                                            "sidecars_written", "sessions_written", "errors")}
+    out = {k: getattr(report, k) for k in ("events", "quarantined", "files_read", "scored", "unchanged",
+                                           "sidecars_written", "sessions_written", "errors")}
+    out["sidecars_not_written"] = {**report.unwritten}
+    return out
+
+
+def report_failures(report) -> list[str]:
+    """The lines a command says on stderr for what it could not do (exit 1 when any)."""
+    lines = list(report.errors)
+    lines += [f"cannot write {path}: {why} (the rest was done; `agentledger quarantine` lists it)"
+              for path, why in report.unwritten.items()]
+    if report.still_unwritten:
+        lines.append(f"{report.still_unwritten} sidecar(s) still cannot be written (`agentledger quarantine` lists"
+                     " them)")
+    return lines
 
 
 def print_report(args: argparse.Namespace, title: str, report, extra: dict | None = None) -> int:
@@ -170,9 +183,10 @@ def print_report(args: argparse.Namespace, title: str, report, extra: dict | Non
     elif not getattr(args, "quiet", False):
         parts = [f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "errors" and not isinstance(v, (list, dict))]
         print(f"{title}: " + ", ".join(parts))
-    for err in report.errors:
+    failures = report_failures(report)
+    for err in failures:
         print(f"agentledger: error: {err}", file=sys.stderr)
-    return EXIT_FAIL if report.errors else EXIT_OK
+    return EXIT_FAIL if failures else EXIT_OK
 
 
 def count(text: str) -> int:

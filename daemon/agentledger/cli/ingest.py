@@ -18,6 +18,7 @@ from .common import (
     open_ledger,
     print_report,
     progress_bar,
+    report_failures,
     with_discovered_log,
 )
 
@@ -124,16 +125,26 @@ def cmd_score(args: argparse.Namespace) -> int:
             "session_id": row["session_id"] or None, "session_sidecar_path": session_path,
             "inputs_hash": row["inputs_hash"], "rescored": report.scored > 0,
             "sidecar_written": report.sidecars_written > 0, "breakdown": breakdown,
+            "sidecar_not_written": _not_written(ledger, report, src.path / iteration_sidecar_name(n)),
         }
         if args.json:
             print(json.dumps(result, indent=2))
-        else:
+        elif not getattr(args, "quiet", False):
             _print_breakdown(result)
-        for err in report.errors:
+        failures = report_failures(report)
+        for err in failures:
             print(f"agentledger: error: {err}", file=sys.stderr)
-        return EXIT_FAIL if report.errors else EXIT_OK
+        return EXIT_FAIL if failures else EXIT_OK
     finally:
         ledger.close()
+
+
+def _not_written(ledger, report, path) -> str | None:
+    """Why the sidecar at ``path`` is not the ledger's (None: it is), new or known."""
+    if str(path) in report.unwritten:
+        return report.unwritten[str(path)]
+    row = ledger.conn.execute("SELECT reason FROM sidecar_problems WHERE path = ?", (str(path),)).fetchone()
+    return row[0] if row else None
 
 
 def _print_breakdown(r: dict) -> None:
@@ -141,7 +152,9 @@ def _print_breakdown(r: dict) -> None:
 
     value = "unscored" if not r["scored"] else f"{decode_float(r['score_value'] if r['score_value'] is not None else 'NaN'):.4f}"
     print(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")
-    print(f"  sidecar: {r['sidecar_path']}" + ("" if r["sidecar_written"] else " (unchanged)"))
+    state = ("" if r["sidecar_written"] else " (NOT WRITTEN: see below)" if r.get("sidecar_not_written")
+             else " (unchanged)")
+    print(f"  sidecar: {r['sidecar_path']}{state}")
     if r["session_sidecar_path"]:
         print(f"  session: {r['session_sidecar_path']}")
     print(f"  {'signal':<20} {'weight':>6} {'score':>6} {'share':>6}  detail")
@@ -190,6 +203,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         report = Report()
         for src in ledger.cfg.iteration_logs:
             report.add(ledger.sync_sidecars(src))
+        if not ledger.cfg.iteration_logs and not getattr(args, "quiet", False):
+            print("rebuild: no iteration log configured, so no sidecar to write: the projections were rebuilt"
+                  " (pass --iteration-log DIR --repo DIR, or configure [[iteration_logs]], to write sidecars)",
+                  file=sys.stderr)
     finally:
         ledger.close()
     return print_report(args, "rebuild", report, {"events_replayed": replayed})

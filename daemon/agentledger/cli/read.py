@@ -83,6 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "trials": one("SELECT count(*) FROM trials"),
         "trajectories": one("SELECT count(*) FROM trajectories"),
         "quarantined": one("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL"),
+        "sidecars_not_written": one("SELECT count(*) FROM sidecar_problems"),
         "last_event": dict(last) if last else None,
         "sources": [_source_status(conn, dict(r)) for r in conn.execute(
             "SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY kind, source")],
@@ -111,6 +112,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if data["trajectories"]:
         print(f"trajectories  {data['trajectories']}")
     print(f"quarantined   {data['quarantined']}" + ("  (see `agentledger quarantine`)" if data["quarantined"] else ""))
+    if data["sidecars_not_written"]:
+        print(f"not written   {data['sidecars_not_written']} sidecar(s)  (see `agentledger quarantine`)")
     if last:
         print(f"last event    #{last['seq']} {last['type']} at {last['recorded_at']}")
     for s in data["sources"]:
@@ -183,14 +186,19 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     if not args.all:
         sql += " WHERE q.resolved_seq IS NULL"
     rows = [dict(r) for r in conn.execute(sql + " ORDER BY q.seq")]
+    # sidecars that could not be written: problems of the output, listed with those of the input
+    problems = [{"kind": "sidecar", "path": r[0], "full_path": r[0], "reason": r[1], "since": r[2]}
+                for r in conn.execute("SELECT path, reason, since FROM sidecar_problems ORDER BY since, path")]
     conn.close()
     for r in rows:
         r["full_path"] = os.path.join(r.pop("base"), r["path"])
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows + problems, indent=2))
         return EXIT_OK
-    if not rows:
+    if not rows and not problems:
         print("nothing quarantined")
+    for r in problems:
+        print(f"{r['path']}  (sidecar not written, since {r['since']})\n    {r['reason']}")
     for r in rows:
         pos = f":{r['line']}" if r["line"] else (f"@{r['byte_offset']}" if r["byte_offset"] is not None else "")
         if r["line"] and r["column"]:

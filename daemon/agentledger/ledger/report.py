@@ -23,12 +23,19 @@ class Report:
     sidecars_written: int = 0
     sessions_written: int = 0
     errors: list[str] = field(default_factory=list)  # carried, never logged here: the reader says them once
+    # sidecars that could not be written (path -> why), newly: recorded as problems
+    # (sidecar_problems), said once by the reader, and no reason to hold anything else
+    # back (a backfill completes); known problems that failed again are only counted
+    unwritten: dict[str, str] = field(default_factory=dict)
+    still_unwritten: int = 0
 
     def add(self, other: Report) -> Report:
         for k in ("events", "quarantined", "files_read", "scored", "unchanged",
                   "sidecars_written", "sessions_written"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.errors += other.errors
+        self.unwritten.update(other.unwritten)
+        self.still_unwritten += other.still_unwritten
         return self
 
 

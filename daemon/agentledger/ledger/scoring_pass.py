@@ -21,7 +21,7 @@ from ..store.projections import Projector, render_score_payload
 from .context import Context
 from .inputs import Inputs
 from .report import Progress, Report, chunks
-from .sidecar_sync import AUTO_FSYNC_MAX, SidecarSync, writes_report
+from .sidecar_sync import AUTO_FSYNC_MAX, SidecarSync
 
 
 class ScoringPass:
@@ -88,7 +88,7 @@ class ScoringPass:
         finally:
             if writer is not None and writer is not sync.writer:
                 writer.close()
-                report.add(writes_report(*writer.take()))
+                report.add(sync.writes_report(*writer.take()))
         # the sidecars of the scores that stood (the ledger may hold them from an earlier
         # activation of this rubric, or a file was edited): still brought in line
         report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))

@@ -43,12 +43,13 @@ class SidecarSync:
         self._check_conn: sqlite3.Connection | None = None  # the writer thread's view of the ledger
         self.writer = sidecars.BackgroundWriter(self.still_current, self.gate) if background else None
         self._swept: set[str] = set()  # directories cleared of killed writers' temp files
+        self._problem_paths: set[str] | None = None  # sidecar_problems, read once
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            for err in self.writer.take()[1]:  # no report left to carry them
-                log.error(err)
+            for path, err in self.writer.take()[1]:  # no report left to carry them
+                log.error("cannot write %s: %s", path, err)
         if self._check_conn is not None:  # also opened by a pass's own writer (scoring_pass)
             self._check_conn.close()
             self._check_conn = None
@@ -106,8 +107,13 @@ class SidecarSync:
             "SELECT s.iteration, s.sidecar, s.sidecar_sha256, e.type, e.schema_version, e.payload FROM scores s"
             " JOIN events e ON e.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?"
             " AND s.seq NOT IN (SELECT seq FROM imported_scores)" + filt, args)
-        stale = [r for r in rows if r["iteration"] not in skip_iterations
-                 and disk_sha(src.path / r["sidecar"]) != r["sidecar_sha256"]]
+        stale = []
+        for r in rows:
+            path = src.path / r["sidecar"]
+            if r["iteration"] not in skip_iterations and disk_sha(path) != r["sidecar_sha256"]:
+                stale.append(r)
+            elif str(path) in self._problems():  # fixed by hand meanwhile
+                self._solved(str(path))
         fsync = self.fsync(len(stale))
         for r in stale:
             data = render_score_payload(upcast(r["type"], r["schema_version"], json.loads(r["payload"])))
@@ -131,12 +137,47 @@ class SidecarSync:
         return report
 
     def write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
-        """One write; the caller holds the gate (``sync``) or uses ``write_scored``."""
+        """One write; the caller holds the gate (``sync``) or uses ``write_scored``.
+        A refusal (a symlink at the target, a read-only directory, a full disk) is
+        noted in ``report.unwritten`` and holds nothing else up."""
         try:
-            return int(sidecars.write_atomic(path, data, durable=fsync))
+            written = int(sidecars.write_atomic(path, data, durable=fsync))
         except OSError as exc:
-            report.errors.append(f"cannot write {path}: {exc}")
+            self.failed(report, str(path), str(exc).removeprefix(f"{path}: "))
             return 0
+        if str(path) in self._problems():
+            self._solved(str(path))
+        return written
+
+    # -- sidecars that could not be written: problem records --------------------------------------
+    def _problems(self) -> set[str]:
+        if self._problem_paths is None:
+            self._problem_paths = {r[0] for r in self.ctx.conn.execute("SELECT path FROM sidecar_problems")}
+        return self._problem_paths
+
+    def _solved(self, path: str) -> None:
+        self.ctx.conn.execute("DELETE FROM sidecar_problems WHERE path = ?", (path,))
+        self._problems().discard(path)
+
+    def failed(self, report: Report, path: str, reason: str) -> None:
+        """A sidecar that could not be written: a problem record (``agentledger
+        quarantine``, ``status``), in ``report.unwritten`` when it is new, only counted
+        when it was known already (the daemon says each problem once, not every scan)."""
+        if path in self._problems():
+            report.still_unwritten += 1
+        else:
+            report.unwritten[path] = reason
+            self._problems().add(path)
+        self.ctx.conn.execute(
+            "INSERT INTO sidecar_problems (path, reason, since) VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ'))"
+            " ON CONFLICT (path) DO UPDATE SET reason = excluded.reason", (path, reason))
+
+    def writes_report(self, written: dict[str, int], failed: list[tuple[str, str]]) -> Report:
+        """A writer thread's counts and failures as a report (failures recorded as problems)."""
+        report = Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"])
+        for path, reason in failed:
+            self.failed(report, path, reason.removeprefix(f"{path}: "))
+        return report
 
     def write_scored(self, path: Path, data: bytes, report: Report, fsync: bool, version: str) -> int:
         """A sidecar just scored under ``version``: written under the gate, and only
@@ -163,7 +204,7 @@ class SidecarSync:
 
     def collect_writes(self) -> Report:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
-        return writes_report(*self.writer.take()) if self.writer is not None else Report()
+        return self.writes_report(*self.writer.take()) if self.writer is not None else Report()
 
     def still_current(self, key: tuple) -> bool:
         """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still
@@ -185,12 +226,6 @@ class SidecarSync:
         except sqlite3.Error:
             return True  # cannot tell: write, as without the check
         return row is not None and row[0] == sha
-
-
-def writes_report(written: dict[str, int], errors: list[str]) -> Report:
-    """A writer's counts and errors as a report (whoever reads it says the errors once)."""
-    return Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"],
-                  errors=errors)
 
 
 def disk_sha(path: Path) -> str | None:

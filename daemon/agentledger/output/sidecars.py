@@ -281,7 +281,7 @@ class BackgroundWriter:
         self._lock = threading.Lock()
         self.written: dict[str, int] = {"sidecars_written": 0, "sessions_written": 0}  # by kind
         self.superseded = 0  # writes skipped: the ledger held newer bytes by then
-        self.errors: list[str] = []
+        self.errors: list[tuple[str, str]] = []  # (path, why it could not be written)
         self._thread = threading.Thread(target=self._run, name="agentledger-sidecars", daemon=True)
         self._thread.start()
 
@@ -306,7 +306,7 @@ class BackgroundWriter:
                             self.written[kind] += written
                     except OSError as exc:
                         with self._lock:
-                            self.errors.append(f"cannot write {path}: {exc}")
+                            self.errors.append((str(path), str(exc)))
             finally:
                 self._queue.task_done()
 
@@ -314,8 +314,8 @@ class BackgroundWriter:
         """Block until every write submitted so far has landed."""
         self._queue.join()
 
-    def take(self) -> tuple[dict[str, int], list[str]]:
-        """What landed since the last ``take``: counts by kind, and errors."""
+    def take(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
+        """What landed since the last ``take``: counts by kind, and (path, error) of what did not."""
         with self._lock:
             written, errors = self.written, self.errors
             self.written, self.errors = dict.fromkeys(written, 0), []

@@ -325,6 +325,8 @@ def log_report(what: str, r: Report) -> None:
                  sessions=r.sessions_written, quarantined=r.quarantined)
     for err in r.errors:
         log.error(what, error=err)
+    for path, why in r.unwritten.items():  # once per problem: a known one failing again is not said again
+        log.error("sidecar not written (listed by `agentledger quarantine`)", step=what, path=path, error=why)
 
 
 def log_limits(cfg: Config) -> None:
