@@ -121,3 +121,49 @@ def test_a_sidecar_that_cannot_be_written_is_a_problem_record_and_the_rest_compl
     assert run_cli("ingest", *args)[0] == 0 and target.is_file() and not target.is_symlink()
     code, out, _ = run_cli("quarantine", "--json", *args)
     assert not [q for q in json.loads(out) if q["kind"] == "sidecar"]
+
+
+def test_a_service_user_scores_a_repository_another_user_owns(tmp_path: Path) -> None:
+    """The shared-server deployment: agentledger runs as its own user and scores a
+    repository owned by someone else (here root), which git refuses as "dubious
+    ownership" unless the configured path is trusted."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    import pwd
+
+    from .test_daemon import _reachable_install
+
+    nobody = pwd.getpwnam("nobody")
+    base = Path(tempfile.mkdtemp(prefix="agentledger-owner-"))
+    try:
+        base.chmod(0o755)
+        gen = synth.generate(base / "gen", 10, seed=8)  # owned by root, as a colleague's checkout is theirs
+        for p in [base / "gen", *(base / "gen").rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o055)  # readable by others, as a shared server's home usually is
+        os.chown(gen.log, nobody.pw_uid, nobody.pw_gid)  # the drop-in's ReadWritePaths=: sidecars go here
+        state = base / "state"
+        state.mkdir()
+        os.chown(state, nobody.pw_uid, nobody.pw_gid)
+        python, env = _reachable_install(base / "site")
+        as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+        env = {**os.environ, **env, "HOME": str(state)}
+        probe = subprocess.run([*as_nobody, python, "-c", "import agentledger.cli"], env=env, capture_output=True,
+                               text=True)
+        if probe.returncode != 0:
+            pytest.skip(f"no Python interpreter the unprivileged user can run: {probe.stderr.strip()[-200:]}")
+        dubious = subprocess.run([*as_nobody, "git", "-C", str(gen.repo), "log", "-1"], capture_output=True,
+                                 text=True, env={**env, "GIT_CONFIG_GLOBAL": "/dev/null"})
+        assert dubious.returncode != 0 and "dubious ownership" in dubious.stderr  # what git does without trust
+        proc = subprocess.run([*as_nobody, python, "-m", "agentledger", "ingest", "--json", "--iteration-log",
+                               str(gen.log), "--repo", str(gen.repo), "--db", str(state / "l.sqlite")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        import json
+
+        assert json.loads(proc.stdout)["scored"] == 10
+        with sqlite3.connect(state / "l.sqlite") as c:
+            landed = c.execute("SELECT count(*) FROM signal_contributions WHERE signal = 'landed' AND present"
+                               ).fetchone()[0]
+        assert landed > 0  # git answered: the landed signal is there
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -12,6 +12,14 @@ two full ``git log master`` passes, show). Here:
 Git runs with the user's global and system configuration isolated, so git's
 built-in defaults (rename detection on, C-quoted paths) hold as the
 reference's scores assume.
+
+The configured repository, and only it, is trusted whoever owns it
+(``safe.directory`` for its path on the command line: a service user scores the
+repositories of the users on a shared server, which git would otherwise refuse as
+"dubious ownership"). That check exists because a repository's own ``.git/config``
+can name programs git runs; so the settings that run programs during the read-only
+commands used here are overridden on the same command line (``TRUST``), and every
+command is read-only: nothing of the repository's configuration executes.
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ class TrunkLog:
 
     def _start(self) -> None:
         self._proc = subprocess.Popen(
-            ["git", "-C", self.repo.path, "log", self.tip or self.repo.trunk,
+            [*self.repo.git, "log", self.tip or self.repo.trunk,
              "--format=%H%x1f%s%x1f%B%x1e"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(),
         )
@@ -196,11 +204,29 @@ class TrunkLog:
                 return None
 
 
+# settings a repository's own config could point at a program, overridden for every command
+TRUST = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "core.pager=cat", "core.sshCommand=false",
+         "diff.external=", "core.alternateRefsCommand=", "protocol.allow=never", "credential.helper=",
+         "core.askPass=false")
+
+
+def git_command(path: str) -> list[str]:
+    """``git`` for the configured repository ``path``: trusted by path (it and its real
+    path), with the program-running settings overridden."""
+    out = ["git"]
+    for p in dict.fromkeys((path, os.path.realpath(path))):
+        out += ["-c", f"safe.directory={p}"]
+    for setting in TRUST:
+        out += ["-c", setting]
+    return [*out, "-C", path]
+
+
 class GitRepo:
     """One repository and its trunk branch; caches facts for the current trunk tip."""
 
     def __init__(self, path: str, trunk: str = "master"):
         self.path = str(path)
+        self.git = git_command(self.path)
         self.trunk = trunk
         self._trunk_log: TrunkLog | None = None
         self._changed: dict[str, tuple[str, ...] | None] = {}
@@ -209,7 +235,7 @@ class GitRepo:
 
     # -- plumbing -----------------------------------------------------------
     def _run(self, *args: str, input: bytes | None = None, check: bool = False) -> subprocess.CompletedProcess[bytes]:
-        proc = subprocess.run(["git", "-C", self.path, *args], input=input,
+        proc = subprocess.run([*self.git, *args], input=input,
                               capture_output=True, env=_env())
         if check and proc.returncode != 0:
             raise GitError(f"git {' '.join(args[:2])}: exit status {proc.returncode}: "
@@ -415,7 +441,7 @@ class GitRepo:
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
         if todo:
-            proc = self._run("show", "--name-only", "--format=%x1e%H", *todo)
+            proc = self._run("show", "--no-ext-diff", "--no-textconv", "--name-only", "--format=%x1e%H", *todo)
             if proc.returncode != 0:
                 for s in todo:
                     self._changed[s] = None
