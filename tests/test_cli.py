@@ -176,7 +176,9 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run_cli("ingest", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("ingest", "--once", "--db", str(tmp_path / "l.sqlite"))[0] == 2  # no sources
     assert run_cli("score", "x")[0] == 2
-    assert run_cli("status", "--rubric", "9.9.9", "--db", str(empty_ledger(tmp_path / "l.sqlite")))[0] == 0
+    # a read command does not activate a rubric: --rubric there is a mistake, said (it exited 0 silently)
+    code, _, err = run_cli("status", "--rubric", "9.9.9", "--db", str(empty_ledger(tmp_path / "l.sqlite")))
+    assert code == 2 and "--rubric goes with a command that scores" in err
     code, _, err = run_cli("ingest", "--once", "--rubric", "9.9.9", "--iteration-log", str(tmp_path),
                            "--repo", str(tmp_path), "--db", str(tmp_path / "l.sqlite"))
     assert code == 2 and "unknown rubric version" in err

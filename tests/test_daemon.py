@@ -506,3 +506,82 @@ def test_a_sidecar_that_cannot_be_written_is_said_once_and_holds_nothing_up(tmp_
     assert text.count("sidecar not written") == 1, text
     assert (log / "iter-1.score.yaml").is_file() and (log / "iter-3.score.yaml").is_file()
     assert "Traceback" not in text
+
+
+def test_one_daemon_per_ledger_and_a_killed_one_leaves_no_lock(tmp_path: Path, make_repo) -> None:
+    repo = make_repo()
+    log = log_of(tmp_path, 2)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    notify = Notify(tmp_path / "first.sock")
+    first = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        assert notify.wait_for("READY=1", 60)
+        second = subprocess.run([sys.executable, "-m", "agentledger", "run", "--config", str(cfg),
+                                 "--log-format", "console"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        said = [x for x in (second.stdout + second.stderr).splitlines() if "another agentledger run" in x]
+        assert len(said) == 1 and f"pid {first.pid}" in said[0] and "Traceback" not in second.stdout + second.stderr
+        assert first.poll() is None
+    finally:
+        first.kill()  # SIGKILL: the lock goes with the process
+        first.wait()
+        notify.close()
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+
+
+def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, make_repo) -> None:
+    repo = make_repo()
+    log = log_of(tmp_path, 2)
+    cfg = tmp_path / "agentledger.toml"
+    good = (f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
+            f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    cfg.write_text(good)
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        for k, bad in enumerate((good + '[scoring]\nrubric = "9.9.9"\n', good + "[[broken\n")):
+            cfg.write_text(bad)
+            proc.send_signal(signal.SIGHUP)
+            assert wait_until(lambda k=k: (tmp_path / "daemon.log").read_text().count("reload refused") == k + 1,
+                              60)
+        (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))  # the running configuration still works
+        assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
+    text = (tmp_path / "daemon.log").read_text()
+    assert "Traceback" not in text and "configuration reloaded" not in text and "keeping the running" in text
+
+
+def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:
+    """psycopg made unimportable in the child (sys.modules entry None: what a missing package looks like)."""
+    repo = make_repo()
+    log = log_of(tmp_path, 2)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[[ship]]\nurl = "postgresql://x@127.0.0.1:1/t"\n'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    no_psycopg = "import sys; sys.modules['psycopg'] = None; from agentledger.cli import main; sys.exit(main())"
+    assert subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--config", str(cfg)],
+                          capture_output=True).returncode == 0
+    proc = subprocess.run([sys.executable, "-c", no_psycopg, "ship", "--config", str(cfg)], capture_output=True,
+                          text=True, timeout=60)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "[central]" in lines[0] and "Traceback" not in proc.stderr
+    notify = Notify(tmp_path / "n2.sock")
+    run = subprocess.Popen([sys.executable, "-c", no_psycopg, "run", "--config", str(cfg), "--log-format", "console"],
+                           stdout=(tmp_path / "d2.log").open("w"), stderr=subprocess.STDOUT,
+                           env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        assert notify.wait_for("READY=1", 60)
+        (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))
+        assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(30) == 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        notify.close()
+    text = (tmp_path / "d2.log").read_text()
+    assert text.count("shipping is off") == 1 and "Traceback" not in text and "will retry" not in text

@@ -167,3 +167,55 @@ def test_a_service_user_scores_a_repository_another_user_owns(tmp_path: Path) ->
         assert landed > 0  # git answered: the landed signal is there
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_full_disk_under_the_ledger_is_one_line(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        gen = synth.generate(tmp_path / "gen", 10, seed=2)
+        args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(small / "l.sqlite")]
+        assert run_cli("ingest", *args)[0] == 0
+        fd = os.open(small / "ballast", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for n in range(11, 60):
+            (gen.log / f"iter-{n}.yaml").write_text((gen.log / "iter-3.yaml").read_text().replace(
+                "iteration: 3", f"iteration: {n}") + f"padding_note: \"{'x' * 30000}\"\n")
+        for cmd in (("ingest",), ("score", "40")):
+            proc = subprocess.run([sys_executable(), "-m", "agentledger", *cmd, *args], capture_output=True,
+                                  text=True, timeout=300)
+            lines = [x for x in proc.stderr.splitlines() if x.strip()]
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+            assert len(lines) == 1 and ("full" in lines[0] or "disk I/O" in lines[0]), proc.stderr
+        (small / "ballast").unlink()
+        code, _, err = run_cli("ingest", *args)
+        assert code == 0, err
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)
+
+
+def sys_executable() -> str:
+    import sys
+
+    return sys.executable
+
+
+def test_ui_refuses_a_port_that_is_none_and_a_public_host_unless_told() -> None:
+    from .conftest import cli_subprocess
+
+    for args, needle in ((("--port", "99999"), "not a port"), (("--host", "0.0.0.0"), "--public"),
+                         (("--host", "::"), "--public")):
+        proc = cli_subprocess("ui", *args)
+        lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+    proc = cli_subprocess("status", "--rubric", "9.9")
+    assert proc.returncode == 2 and "--rubric goes with a command that scores" in proc.stderr

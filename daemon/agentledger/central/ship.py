@@ -326,6 +326,11 @@ def _instant(text: str) -> datetime:
 
 def ship_all(local: sqlite3.Connection, destinations, *, name: str = "") -> list[ShipReport | CentralError]:
     """One pass to every destination; a failing one does not stop the others."""
+    from .connect import available
+
+    if not available():
+        return [CentralError(f"{d.label}: the team ledger needs psycopg: pip install 'agentledger[central]'")
+                for d in destinations]
     out: list[ShipReport | CentralError] = []
     for dest in destinations:
         shipper = Shipper(local, dest, name=name)

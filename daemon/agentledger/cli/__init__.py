@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the commands --rubric means something to: an activation (rebuild refuses it with a
+# word of its own), or export --format csv's filter
+SCORING_COMMANDS = frozenset({"ingest", "score", "backfill", "run", "rebuild", "export"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
@@ -63,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..scoring.rubric import UnknownRubric
     from ..store.db import StoreError
 
+    import sqlite3
+
+    if getattr(args, "rubric", None) and args.command not in SCORING_COMMANDS:
+        parser.exit(EXIT_USAGE, f"agentledger {args.command}: error: --rubric goes with a command that scores"
+                                f" (backfill, ingest, run, score): it activates that rubric; "
+                                f"{args.command} reads what is active\n")
     try:
         return args.func(args)
     except UsageError as exc:
@@ -75,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
     except BrokenPipeError:
         return EXIT_OK
+    except sqlite3.Error as exc:  # the ledger itself: a full disk, a file that is not a ledger, …
+        print(f"agentledger: error: the ledger could not be used: {exc}", file=sys.stderr)
+        return EXIT_FAIL
     except KeyboardInterrupt:  # a statement on the server was cancelled on the way (psycopg)
         print("agentledger: interrupted", file=sys.stderr)
         return 130

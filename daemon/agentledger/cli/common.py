@@ -200,6 +200,17 @@ def count(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value} (0 to 65535; 0 picks a free one)")
+    return value
+
+
 def iteration_number(text: str) -> int:
     """An argparse type: an iteration number, a whole number from 0 to 2**63 - 1 (what
     the ledger can hold)."""

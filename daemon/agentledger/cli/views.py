@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .common import (
     add_timeout_flag,
+    port,
     EXIT_OK,
     EXIT_USAGE,
     Failure,
@@ -23,8 +24,12 @@ from .common import (
 
 def add_commands(cmd) -> None:
     p = cmd("ui", "Serve the ledger read-only in Datasette on 127.0.0.1 (needs: pip install 'agentledger[ui]').")
-    p.add_argument("--port", type=int, default=8001, help="port (default 8001; 0 picks a free one)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=port, default=8001, help="port (default 8001; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; another than loopback needs --public)")
+    p.add_argument("--public", action="store_true",
+                   help="allow a --host that is not loopback: anyone who reaches it reads the whole ledger"
+                        " (every event, record, transcript fact and quarantine reason), with no login")
     p.set_defaults(func=cmd_ui)
 
     p = cmd("report", "Write one self-contained HTML report with charts (no network needed to view it).")
@@ -180,6 +185,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if not ui.available():
         print("agentledger ui needs Datasette: pip install 'agentledger[ui]'", file=sys.stderr)
         return EXIT_USAGE
+    if not ui.loopback(args.host) and not args.public:
+        raise UsageError(f"--host {args.host} would serve the whole ledger (every event, record and quarantine"
+                         " reason) to anyone who reaches it, with no login; add --public to mean it, or keep"
+                         " the default 127.0.0.1 and use an SSH tunnel")
     path = Path(load_config(args).store.path)
     read_only(args)[1].close()  # as every read command: an older ledger's schema (views) is brought up to date
     # The metadata reaches Datasette through a pipe, not a temp file: the exec below
@@ -193,6 +202,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     cmd = ui.command(path, Path(f"/dev/fd/{meta_fd}"), args.host, port)
     print(f"agentledger ui: serving {path} read-only on http://{args.host}:{port}/ (Ctrl-C stops)",
           file=sys.stderr)
+    if not ui.loopback(args.host):
+        print(f"agentledger ui: warning: --public: the whole ledger is readable by anyone who reaches"
+              f" {args.host}:{port}, with no login", file=sys.stderr)
     sys.stderr.flush()
     os.execv(cmd[0], cmd)  # Datasette replaces this process: signals and exit status are its own
     return EXIT_OK  # pragma: no cover

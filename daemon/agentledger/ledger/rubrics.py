@@ -25,6 +25,12 @@ from .sidecar_sync import SidecarSync
 log = logging.getLogger("agentledger")
 
 
+def check(cfg: Config) -> None:
+    """Raise UnknownRubric when ``cfg`` names a rubric this version does not know (a
+    reload refuses such a configuration before anything changes)."""
+    rubric_data.load(cfg.scoring.rubric)
+
+
 def target(cfg: Config, conn: sqlite3.Connection) -> tuple[str, str | None]:
     """The rubric this ledger scores under, and why it would change (None: it is the
     active one already)."""

@@ -57,6 +57,47 @@ class _Filter(watchfiles.DefaultFilter):
         return super().__call__(change, path)
 
 
+def load_checked(load: Callable[[], Config]) -> Config | None:
+    """A reload's configuration, or None (said in one line) when it does not load
+    whole: the running configuration stays."""
+    from ..ledger.rubrics import check
+
+    try:
+        cfg = load()
+        check(cfg)  # an unknown rubric is refused here, before anything changes
+    except Exception as exc:  # noqa: BLE001 - any configuration that does not load is refused whole
+        log.error(f"reload refused: {exc}; keeping the running configuration")
+        return None
+    log.info("configuration reloaded", rubric=cfg.scoring.rubric, iteration_logs=len(cfg.iteration_logs),
+             vally=len(cfg.vally), annotations=len(cfg.annotations),
+             transcripts=sum(len(s.transcripts) for s in cfg.iteration_logs), ship=len(cfg.ship))
+    return cfg
+
+
+class AlreadyRunning(RuntimeError):
+    """Another ``agentledger run`` holds this ledger."""
+
+
+def hold_run_lock(store: Path) -> int:
+    """One daemon per ledger: an exclusive ``flock`` on ``<ledger>.run.lock``, held for
+    the process's life (the kernel drops it however the process ends, SIGKILL
+    included, so a crash never leaves a stale lock). Returns the descriptor."""
+    import fcntl
+
+    path = Path(f"{store}.run.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise AlreadyRunning(f"another agentledger run (pid {holder}) is running on {store}: one daemon per ledger;"
+                             " stop that one first (systemctl stop agentledger, or kill it)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class Daemon:
     def __init__(self, load_config: Callable[[], Config]):
         from dataclasses import replace
@@ -74,6 +115,7 @@ class Daemon:
         self.retry_at: float | None = None  # when to retry after a failure (a reconcile)
         self.checkpointer: Checkpointer | None = None
         self.shipping = None  # a ShipLoop when [[ship]] names team ledgers
+        self.run_lock = -1  # hold_run_lock
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -85,6 +127,13 @@ class Daemon:
         if self.ledger is None:  # stopped while waiting for the store
             self.notifier.send("STOPPING=1")
             return 0
+        try:
+            self.run_lock = hold_run_lock(self.cfg.store.path)
+        except AlreadyRunning as exc:  # a second daemon would score and ship everything twice
+            self.ledger.close()
+            log.error(str(exc))
+            self.notifier.send("STOPPING=1", f"STATUS={exc}")
+            return 1
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
         self.checkpointer = Checkpointer(self.cfg.store.path).start()
         self._guard("initial scan", self.ledger.scan_all)
@@ -99,6 +148,7 @@ class Daemon:
                 self.shipping.stop()
             self.checkpointer.stop()
             self.ledger.close()
+            os.close(self.run_lock)
             log.info("stopped")
         return 0
 
@@ -133,9 +183,9 @@ class Daemon:
             self.shipping.stop()
             self.shipping = None
         if self.cfg.ship:
-            from .shipping import ShipLoop
+            from .shipping import start
 
-            self.shipping = ShipLoop(self.cfg).start()
+            self.shipping = start(self.cfg)
 
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
@@ -239,9 +289,10 @@ class Daemon:
                 continue
             self.notifier.send(f"STATUS={self._status()}")
 
-    def _reload(self) -> Report:
-        cfg = self.load_config()
-        log.info("configuration reloaded", rubric=cfg.scoring.rubric, sources=len(cfg.iteration_logs))
+    def _reload(self) -> Report | None:
+        cfg = load_checked(self.load_config)
+        if cfg is None:
+            return None
         assert self.ledger is not None
         new = Ledger(cfg, background_writes=True)  # opened before the old one closes: a failure leaves the old one working
         try:

@@ -126,3 +126,15 @@ class ShipLoop:
             log.info("shipped", destination=st.dest.label, events=report.sent, new=report.new,
                      cursor=report.cursor, behind=report.behind)
         return report.behind > 0
+
+
+def start(cfg: Config) -> ShipLoop | None:
+    """The shipping thread for ``cfg``'s [[ship]] destinations, or None (said once: no
+    retry could help) when the [central] extra is not installed."""
+    from ..central.connect import available
+
+    if not available():
+        log.error("shipping is off: [[ship]] needs the [central] extra (pip install 'agentledger[central]')",
+                  destinations=[d.label for d in cfg.ship])
+        return None
+    return ShipLoop(cfg).start()

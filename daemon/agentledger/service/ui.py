@@ -69,3 +69,15 @@ def available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("datasette") is not None
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or name (only this machine can connect)."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything

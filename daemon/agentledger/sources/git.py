@@ -13,13 +13,10 @@ Git runs with the user's global and system configuration isolated, so git's
 built-in defaults (rename detection on, C-quoted paths) hold as the
 reference's scores assume.
 
-The configured repository, and only it, is trusted whoever owns it
-(``safe.directory`` for its path on the command line: a service user scores the
-repositories of the users on a shared server, which git would otherwise refuse as
-"dubious ownership"). That check exists because a repository's own ``.git/config``
-can name programs git runs; so the settings that run programs during the read-only
-commands used here are overridden on the same command line (``TRUST``), and every
-command is read-only: nothing of the repository's configuration executes.
+The configured repository, and only it, is trusted whoever owns it (``safe.directory``
+on the command line: a service user scores other users' repositories, which git refuses
+as "dubious ownership"); the settings by which a repository's own config could run a
+program are overridden on the same command line (``TRUST``), and every command is read-only.
 """
 
 from __future__ import annotations
@@ -211,14 +208,9 @@ TRUST = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "core.pager=cat", "
 
 
 def git_command(path: str) -> list[str]:
-    """``git`` for the configured repository ``path``: trusted by path (it and its real
-    path), with the program-running settings overridden."""
-    out = ["git"]
-    for p in dict.fromkeys((path, os.path.realpath(path))):
-        out += ["-c", f"safe.directory={p}"]
-    for setting in TRUST:
-        out += ["-c", setting]
-    return [*out, "-C", path]
+    """``git`` for the configured repository ``path`` (and its real path), trusted, with ``TRUST``."""
+    settings = [*(f"safe.directory={p}" for p in dict.fromkeys((path, os.path.realpath(path)))), *TRUST]
+    return ["git", *(x for s in settings for x in ("-c", s)), "-C", path]
 
 
 class GitRepo:
