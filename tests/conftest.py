@@ -167,6 +167,20 @@ def tagged_processes(tag: str, *, exclude_own: bool = False) -> list[tuple[int, 
     return [(pid, cmd) for pid, ppid, cmd in found if pid not in own]
 
 
+def fill(directory: Path) -> Path:
+    """Fill ``directory``'s file system to its last block with one ballast file (returned)."""
+    ballast = directory / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return ballast
+
+
 def wait_until(condition, timeout: float, interval: float = 0.05):
     """Poll ``condition`` until it returns something truthy (returned) or ``timeout`` passes (None)."""
     import time

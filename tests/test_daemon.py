@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Repo
+from .conftest import Repo, fill
 
 RECORD = "schema_version: 1\niteration: {n}\nscope_note: on-target\ntests_total_pass: true\nretries: {r}\n"
 
@@ -73,6 +73,17 @@ def log_of(tmp_path: Path, n: int) -> Path:
     for k in range(1, n + 1):
         (log / f"iter-{k}.yaml").write_text(RECORD.format(n=k, r=k % 3))
     return log
+
+
+def configured(tmp_path: Path, make_repo, n: int, extra: str = "") -> tuple[Path, Path]:
+    """A log of ``n`` closed iterations and a config file for it (``extra`` TOML after
+    [store]): (log, config)."""
+    repo = make_repo()
+    log = log_of(tmp_path, n)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n{extra}'
+                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    return log, cfg
 
 
 @contextlib.contextmanager
@@ -306,15 +317,7 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
              "--db", str(db)], stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
             env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
         notify.wait_for("READY=1")
-        ballast = small / "ballast"
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)  # fill the file system to the last block
-        try:
-            while True:
-                os.write(fd, b"\0" * 65536)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        ballast = fill(small)
         for n in range(2, 40):  # records big enough to outgrow the WAL's pages (kept short by checkpoints)
             (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 40000}\"\n")
         assert wait_until(lambda: "step failed; will retry" in (tmp_path / "daemon.log").read_text(), timeout=20)
@@ -463,12 +466,8 @@ def test_the_daemon_follows_a_rubric_the_hook_activated_and_never_reverts_it(tmp
     SIGHUP reload here) keeps 2.1.0, since the configured value never changed."""
     import sqlite3
 
-    repo = make_repo()
-    log = log_of(tmp_path, 3)
+    log, cfg = configured(tmp_path, make_repo, 3, '[scoring]\nrubric = "3.0.0"\n')
     db = tmp_path / "l.sqlite"
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{db}"\n[scoring]\nrubric = "3.0.0"\n'
-                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
     sidecar = lambda k: log / f"iter-{k}.score.yaml"  # noqa: E731
     with running(tmp_path, cfg) as (proc, notify):
         assert notify.wait_for("READY=1", 60)
@@ -489,12 +488,8 @@ def test_the_daemon_follows_a_rubric_the_hook_activated_and_never_reverts_it(tmp
 
 
 def test_a_sidecar_that_cannot_be_written_is_said_once_and_holds_nothing_up(tmp_path: Path, make_repo) -> None:
-    repo = make_repo()
-    log = log_of(tmp_path, 3)
+    log, cfg = configured(tmp_path, make_repo, 3)
     os.symlink(tmp_path / "nowhere", log / "iter-2.score.yaml")
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
-                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
     with running(tmp_path, cfg) as (proc, notify):
         assert notify.wait_for("READY=1", 60)
         for k in range(2):  # two reloads: two more full scans that meet the same problem
@@ -509,11 +504,7 @@ def test_a_sidecar_that_cannot_be_written_is_said_once_and_holds_nothing_up(tmp_
 
 
 def test_one_daemon_per_ledger_and_a_killed_one_leaves_no_lock(tmp_path: Path, make_repo) -> None:
-    repo = make_repo()
-    log = log_of(tmp_path, 2)
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
-                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    log, cfg = configured(tmp_path, make_repo, 2)
     notify = Notify(tmp_path / "first.sock")
     first = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -535,12 +526,8 @@ def test_one_daemon_per_ledger_and_a_killed_one_leaves_no_lock(tmp_path: Path, m
 
 
 def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, make_repo) -> None:
-    repo = make_repo()
-    log = log_of(tmp_path, 2)
-    cfg = tmp_path / "agentledger.toml"
-    good = (f'[store]\npath = "{tmp_path / "l.sqlite"}"\n'
-            f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
-    cfg.write_text(good)
+    log, cfg = configured(tmp_path, make_repo, 2)
+    good = cfg.read_text()
     with running(tmp_path, cfg) as (proc, notify):
         assert notify.wait_for("READY=1", 60)
         for k, bad in enumerate((good + '[scoring]\nrubric = "9.9.9"\n', good + "[[broken\n")):
@@ -556,11 +543,7 @@ def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, ma
 
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:
     """psycopg made unimportable in the child (sys.modules entry None: what a missing package looks like)."""
-    repo = make_repo()
-    log = log_of(tmp_path, 2)
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[[ship]]\nurl = "postgresql://x@127.0.0.1:1/t"\n'
-                   f'[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    log, cfg = configured(tmp_path, make_repo, 2, '[[ship]]\nurl = "postgresql://x@127.0.0.1:1/t"\n')
     no_psycopg = "import sys; sys.modules['psycopg'] = None; from agentledger.cli import main; sys.exit(main())"
     assert subprocess.run([sys.executable, "-m", "agentledger", "ingest", "--config", str(cfg)],
                           capture_output=True).returncode == 0

@@ -15,7 +15,7 @@ import pytest
 
 from agentledger.example import synth
 
-from .conftest import run_cli
+from .conftest import fill, run_cli
 
 
 def open_problems(db: Path, path: str) -> list[tuple]:
@@ -179,14 +179,7 @@ def test_a_full_disk_under_the_ledger_is_one_line(tmp_path: Path) -> None:
         gen = synth.generate(tmp_path / "gen", 10, seed=2)
         args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(small / "l.sqlite")]
         assert run_cli("ingest", *args)[0] == 0
-        fd = os.open(small / "ballast", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\0" * 65536)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        ballast = fill(small)
         for n in range(11, 60):
             (gen.log / f"iter-{n}.yaml").write_text((gen.log / "iter-3.yaml").read_text().replace(
                 "iteration: 3", f"iteration: {n}") + f"padding_note: \"{'x' * 30000}\"\n")
@@ -196,7 +189,7 @@ def test_a_full_disk_under_the_ledger_is_one_line(tmp_path: Path) -> None:
             lines = [x for x in proc.stderr.splitlines() if x.strip()]
             assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
             assert len(lines) == 1 and ("full" in lines[0] or "disk I/O" in lines[0]), proc.stderr
-        (small / "ballast").unlink()
+        ballast.unlink()
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
     finally:
