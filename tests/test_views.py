@@ -138,6 +138,53 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def start_ui(db: Path) -> tuple[subprocess.Popen, str]:
+    """`agentledger ui` on ``db``, once it answers: (process, base URL)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ui", "--db", str(db), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if get(base + "/-/versions.json")[0] == 200:
+                return proc, base
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(proc.communicate()[0])
+        time.sleep(0.2)
+
+
+def test_the_report_page_is_kept_until_the_ledger_changes(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("datasette") is None:
+        pytest.skip("Datasette is the [ui] extra; `make test` installs it")
+    gen = synth.generate(tmp_path / "gen", 8)
+    db = tmp_path / "ledger.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
+    assert run_cli("ingest", *args)[0] == 0
+    proc, base = start_ui(db)
+
+    def state() -> str:
+        with urllib.request.urlopen(base + "/-/report", timeout=30) as r:
+            return r.headers["X-Agentledger-Report"]
+
+    try:
+        first, second = state(), state()
+        assert first.startswith("miss;") and second == first.replace("miss", "hit")
+        (gen.log / "iter-9.yaml").write_text((gen.log / "iter-8.yaml").read_text().replace("iteration: 8",
+                                                                                          "iteration: 9"))
+        assert run_cli("ingest", *args)[0] == 0
+        third = state()
+        assert third.startswith("miss;") and third != first
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+
+
 def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_path: Path) -> None:
     import importlib.util
 
@@ -149,21 +196,8 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
     db = tmp_path / "ledger.sqlite"
     shutil.copy(src, db)
     before = db.read_bytes()
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentledger", "ui", "--db", str(db), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_ui(db)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status, _ = get(base + "/-/versions.json")
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.2)
         status, page = get(base + "/ledger/latest_scores")
         assert status == 200 and "Latest score per iteration" in page
         status, body = get(base + "/ledger.json")
@@ -201,6 +235,8 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
         # the report, drawn on request from Datasette's read-only connection
         status, page = get(base + "/-/report")
         assert status == 200 and '<figure id="trend-overall">' in page and '<figure id="sessions">' in page
+        with urllib.request.urlopen(base + "/-/report", timeout=10) as r:  # the ledger has not changed: kept
+            assert r.headers["X-Agentledger-Report"].startswith("hit;") and r.read().decode() == page
         status, page = get(base + "/-/report?session=" + urllib.parse.quote(newest))
         assert status == 200 and '<figure id="trend-session">' in page
         status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("DELETE FROM scores") + "&_shape=array")
@@ -210,7 +246,9 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
         assert json.loads(body)[0]["n"] > 40
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        output = proc.communicate(timeout=20)[0]
+    # the refused DELETE is one line, not a traceback with the frames' locals
+    assert output.count("agentledger ui: refused") == 1 and "locals" not in output and "Traceback" not in output
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT count(*) FROM scores").fetchone()[0] > 40
     assert db.read_bytes() == before  # nothing was written
