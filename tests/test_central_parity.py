@@ -39,12 +39,6 @@ CENTRAL = {
 }
 
 
-def _as_jsonb(value):
-    """JSONB cannot hold a NUL: the team ledger projects U+FFFD in its place (the exact
-    text stays in events.payload_text)."""
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
-
-
 def compare(url: str, db: Path) -> dict[str, int]:
     import psycopg
 
@@ -52,7 +46,7 @@ def compare(url: str, db: Path) -> dict[str, int]:
     lid = ledger_id(db)
     with sqlite3.connect(db) as local, psycopg.connect(url) as pg:
         for what, sql in LOCAL.items():
-            mine = sorted(tuple(_as_jsonb(v) for v in r) for r in local.execute(sql))
+            mine = sorted(tuple(r) for r in local.execute(sql))
             theirs = sorted(tuple(r) for r in pg.execute(CENTRAL[what], (lid,)))
             assert theirs == mine, f"{what}: central differs from local"
             counts[what] = len(mine)

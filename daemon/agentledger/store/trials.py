@@ -16,11 +16,19 @@ if TYPE_CHECKING:
     from .projections import Projector
 
 
+def _shown(text: str) -> str:
+    """A text column as the team ledger projects it: a NUL (which SQLite's text functions
+    and most clients cut a string at, and JSONB cannot hold) becomes U+FFFD; the event
+    keeps the exact text."""
+    return text.replace("\x00", "\ufffd") if isinstance(text, str) else text
+
+
 def trial_row(source: str, p: dict[str, Any]) -> tuple:
     """The ``trials`` row of a ``trial.completed`` payload, all but its ``seq``."""
     t, raw = p["trial"], p["raw"]
-    return (source, p["run_dir"], t["item_id"], t["run_id"], t["eval_name"], t["stimulus"], t["model"],
-            t["variant"], t["trial_index"], t["status"], t["duration_ms"],
+    return (source, p["run_dir"], *map(_shown, (t["item_id"], t["run_id"], t["eval_name"], t["stimulus"],
+                                                t["model"], t["variant"])),
+            t["trial_index"], _shown(t["status"]), t["duration_ms"],
             None if t["grade_passed"] is None else int(t["grade_passed"]), t["grade_score"], int(t["passed"]),
             t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
             t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
