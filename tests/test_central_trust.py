@@ -409,3 +409,19 @@ def test_the_daemon_log_never_carries_a_password() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "hunter2pw" not in proc.stdout + proc.stderr and proc.stdout.count("***") == 3, proc.stdout
+
+
+def test_a_team_ledger_from_before_roles_is_read_through_the_same_door(pg, tmp_path: Path) -> None:
+    """No reader role yet (migration 3): the read still runs read-only, one statement."""
+    import psycopg
+
+    from agentledger.central import schema
+
+    url = pg.create_database("before_roles")
+    with psycopg.connect(url) as conn:
+        schema.migrate(conn, upto=3)
+    ok = cli_subprocess("query", "--central", url, "SELECT count(*) AS n FROM agentledger.events")
+    assert ok.returncode == 0 and ok.stdout.split()[-1] == "0", ok.stderr
+    for sql in ("COMMIT; DELETE FROM agentledger.events", "CREATE TABLE agentledger.x (a int)"):
+        proc = cli_subprocess("query", "--central", url, sql)
+        assert proc.returncode == 1 and one_line(proc.stderr).startswith("agentledger: query failed:")

@@ -170,9 +170,9 @@ def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT) -> I
         pg.isolation_level, pg.read_only = IsolationLevel.REPEATABLE_READ, True
         pg.execute("SELECT set_config('statement_timeout', %s, true), set_config('search_path', %s, true)",
                    (f"{int(timeout * 1000)}ms", "agentledger, public"))
-        can = pg.execute("SELECT to_regrole(%s) IS NOT NULL AND pg_has_role(current_user, %s, 'MEMBER')",
-                         (READER_ROLE, READER_ROLE)).fetchone()[0]
-        if can:
+        # two statements: SQL does not promise to skip pg_has_role (which raises) for a missing role
+        if (pg.execute("SELECT to_regrole(%s) IS NOT NULL", (READER_ROLE,)).fetchone()[0]
+                and pg.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (READER_ROLE,)).fetchone()[0]):
             pg.execute(f"SET LOCAL ROLE {READER_ROLE}")
         pg.execute("SELECT 1")  # the snapshot is taken: the transaction stays read-only, whatever comes next
         yield Reader(pg, url)
