@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -165,6 +166,19 @@ def tagged_processes(tag: str, *, exclude_own: bool = False) -> list[tuple[int, 
                     own.add(pid)
                     changed = True
     return [(pid, cmd) for pid, ppid, cmd in found if pid not in own]
+
+
+@contextlib.contextmanager
+def small_file_system(directory: Path, size: str = "8m"):
+    """A tmpfs of ``size`` mounted on ``directory`` (made) for the block; skips without root."""
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
 
 
 def fill(directory: Path) -> Path:

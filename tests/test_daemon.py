@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Repo, fill
+from .conftest import Repo, fill, small_file_system
 
 RECORD = "schema_version: 1\niteration: {n}\nscope_note: on-target\ntests_total_pass: true\nretries: {r}\n"
 
@@ -300,12 +300,7 @@ def test_a_burst_of_a_thousand_files_and_a_source_that_appears_later(tmp_path: P
 def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, make_repo) -> None:
     """The ledger's file system fills up: the daemon logs, backs off, stays up, and catches up
     once there is room again; the database stays intact."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_file_system(tmp_path / "small", "8m") as small:
         repo = make_repo()
         log = tmp_path / "log"
         log.mkdir()
@@ -334,8 +329,6 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
         with sqlite3.connect(db) as c:
             assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 39
-    finally:
-        subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
 @pytest.mark.slow

@@ -15,7 +15,50 @@ import pytest
 
 from agentledger.example import synth
 
-from .conftest import fill, run_cli
+from .conftest import fill, run_cli, small_file_system
+
+
+class Unprivileged:
+    """Commands run as ``nobody`` (root reads and writes everything), from a copy of the
+    package that user can read, in a temp directory removed afterwards."""
+
+    def __init__(self) -> None:
+        import pwd
+
+        from .test_daemon import _reachable_install
+
+        user = pwd.getpwnam("nobody")
+        self.uid, self.gid = user.pw_uid, user.pw_gid
+        self.base = Path(tempfile.mkdtemp(prefix="agentledger-eacces-"))  # the leftover check knows the name
+        self.base.chmod(0o755)
+        self.python, env = _reachable_install(self.base / "site")
+        self.env = {**os.environ, **env, "HOME": str(self.base)}
+        self.prefix = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
+
+    def own(self, *paths: Path) -> None:
+        for p in paths:
+            os.chown(p, self.uid, self.gid, follow_symlinks=False)
+
+    def run(self, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.prefix, *argv], env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=300)
+
+    def agentledger(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run(self.python, "-m", "agentledger", *args)
+
+
+@pytest.fixture
+def nobody():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    user = Unprivileged()
+    try:
+        probe = user.run(user.python, "-c", "import agentledger.cli")
+        if probe.returncode != 0:
+            pytest.skip(f"no Python interpreter the unprivileged user can run: {probe.stderr.strip()[-200:]}")
+        yield user
+    finally:
+        shutil.rmtree(user.base, ignore_errors=True)
 
 
 def open_problems(db: Path, path: str) -> list[tuple]:
@@ -38,47 +81,21 @@ def test_a_file_has_one_open_problem_its_newest(tmp_path: Path) -> None:
     assert open_problems(db, "iter-5.yaml") == []
 
 
-def test_a_file_made_readable_again_is_read(tmp_path: Path) -> None:
+def test_a_file_made_readable_again_is_read(nobody: Unprivileged) -> None:
     """As an unprivileged user (root reads everything): chmod 000, ingest, chmod 644, ingest."""
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to run as an unprivileged user")
-    import pwd
-
-    from .test_daemon import _reachable_install
-
-    nobody = pwd.getpwnam("nobody")
-    base = Path(tempfile.mkdtemp(prefix="agentledger-eacces-"))
-    try:
-        base.chmod(0o755)
-        gen = synth.generate(base / "gen", 8, seed=4)
-        python, env = _reachable_install(base / "site")
-        (base / "home").mkdir()
-        for p in [base, *base.rglob("*")]:
-            os.chown(p, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
-        as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
-        env = {**os.environ, **env, "HOME": str(base / "home")}
-        db = base / "l.sqlite"
-        args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
-
-        def ingest(*extra: str) -> subprocess.CompletedProcess:
-            return subprocess.run([*as_nobody, python, "-m", "agentledger", *extra, *args], env=env,
-                                  capture_output=True, text=True, timeout=300)
-
-        probe = subprocess.run([*as_nobody, python, "-c", "import agentledger.cli"], env=env, capture_output=True,
-                               text=True)
-        if probe.returncode != 0:
-            pytest.skip(f"no Python interpreter the unprivileged user can run: {probe.stderr.strip()[-200:]}")
-        (gen.log / "iter-6.yaml").chmod(0o000)
-        first = ingest("ingest")
-        assert first.returncode == 0, first.stderr
-        assert "Permission denied" in open_problems(db, "iter-6.yaml")[0][0]
-        assert not (gen.log / "iter-6.score.yaml").exists()
-        (gen.log / "iter-6.yaml").chmod(0o644)  # no other change: the stat key (size, mtime) is the same
-        again = ingest("ingest")
-        assert again.returncode == 0, again.stderr
-        assert open_problems(db, "iter-6.yaml") == [] and (gen.log / "iter-6.score.yaml").is_file()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    gen = synth.generate(nobody.base / "gen", 8, seed=4)
+    nobody.own(*[nobody.base / "gen", *(nobody.base / "gen").rglob("*")])
+    db = nobody.base / "gen" / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
+    (gen.log / "iter-6.yaml").chmod(0o000)
+    first = nobody.agentledger("ingest", *args)
+    assert first.returncode == 0, first.stderr
+    assert "Permission denied" in open_problems(db, "iter-6.yaml")[0][0]
+    assert not (gen.log / "iter-6.score.yaml").exists()
+    (gen.log / "iter-6.yaml").chmod(0o644)  # no other change: the stat key (size, mtime) is the same
+    again = nobody.agentledger("ingest", *args)
+    assert again.returncode == 0, again.stderr
+    assert open_problems(db, "iter-6.yaml") == [] and (gen.log / "iter-6.score.yaml").is_file()
 
 
 def test_a_sidecar_that_cannot_be_written_is_a_problem_record_and_the_rest_completes(tmp_path: Path) -> None:
@@ -123,59 +140,32 @@ def test_a_sidecar_that_cannot_be_written_is_a_problem_record_and_the_rest_compl
     assert not [q for q in json.loads(out) if q["kind"] == "sidecar"]
 
 
-def test_a_service_user_scores_a_repository_another_user_owns(tmp_path: Path) -> None:
+def test_a_service_user_scores_a_repository_another_user_owns(nobody: Unprivileged) -> None:
     """The shared-server deployment: agentledger runs as its own user and scores a
     repository owned by someone else (here root), which git refuses as "dubious
     ownership" unless the configured path is trusted."""
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to run as an unprivileged user")
-    import pwd
+    import json
 
-    from .test_daemon import _reachable_install
-
-    nobody = pwd.getpwnam("nobody")
-    base = Path(tempfile.mkdtemp(prefix="agentledger-owner-"))
-    try:
-        base.chmod(0o755)
-        gen = synth.generate(base / "gen", 10, seed=8)  # owned by root, as a colleague's checkout is theirs
-        for p in [base / "gen", *(base / "gen").rglob("*")]:
-            p.chmod(p.stat().st_mode | 0o055)  # readable by others, as a shared server's home usually is
-        os.chown(gen.log, nobody.pw_uid, nobody.pw_gid)  # the drop-in's ReadWritePaths=: sidecars go here
-        state = base / "state"
-        state.mkdir()
-        os.chown(state, nobody.pw_uid, nobody.pw_gid)
-        python, env = _reachable_install(base / "site")
-        as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
-        env = {**os.environ, **env, "HOME": str(state)}
-        probe = subprocess.run([*as_nobody, python, "-c", "import agentledger.cli"], env=env, capture_output=True,
-                               text=True)
-        if probe.returncode != 0:
-            pytest.skip(f"no Python interpreter the unprivileged user can run: {probe.stderr.strip()[-200:]}")
-        dubious = subprocess.run([*as_nobody, "git", "-C", str(gen.repo), "log", "-1"], capture_output=True,
-                                 text=True, env={**env, "GIT_CONFIG_GLOBAL": "/dev/null"})
-        assert dubious.returncode != 0 and "dubious ownership" in dubious.stderr  # what git does without trust
-        proc = subprocess.run([*as_nobody, python, "-m", "agentledger", "ingest", "--json", "--iteration-log",
-                               str(gen.log), "--repo", str(gen.repo), "--db", str(state / "l.sqlite")],
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        import json
-
-        assert json.loads(proc.stdout)["scored"] == 10
-        with sqlite3.connect(state / "l.sqlite") as c:
-            landed = c.execute("SELECT count(*) FROM signal_contributions WHERE signal = 'landed' AND present"
-                               ).fetchone()[0]
-        assert landed > 0  # git answered: the landed signal is there
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    gen = synth.generate(nobody.base / "gen", 10, seed=8)  # owned by root, as a colleague's checkout is theirs
+    for p in [nobody.base / "gen", *(nobody.base / "gen").rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o055)  # readable by others, as a shared server's home usually is
+    state = nobody.base / "state"
+    state.mkdir()
+    nobody.own(gen.log, state)  # the log: the unit's ReadWritePaths= (sidecars go there); the ledger's directory
+    dubious = nobody.run("git", "-C", str(gen.repo), "log", "-1", env={"GIT_CONFIG_GLOBAL": "/dev/null"})
+    assert dubious.returncode != 0 and "dubious ownership" in dubious.stderr  # what git does without trust
+    proc = nobody.agentledger("ingest", "--json", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+                              "--db", str(state / "l.sqlite"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["scored"] == 10
+    with sqlite3.connect(state / "l.sqlite") as c:
+        landed = c.execute("SELECT count(*) FROM signal_contributions WHERE signal = 'landed' AND present"
+                           ).fetchone()[0]
+    assert landed > 0  # git answered: the landed signal is there
 
 
 def test_a_full_disk_under_the_ledger_is_one_line(tmp_path: Path) -> None:
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(small)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_file_system(tmp_path / "small", "16m") as small:
         gen = synth.generate(tmp_path / "gen", 10, seed=2)
         args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(small / "l.sqlite")]
         assert run_cli("ingest", *args)[0] == 0
@@ -192,8 +182,6 @@ def test_a_full_disk_under_the_ledger_is_one_line(tmp_path: Path) -> None:
         ballast.unlink()
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
-    finally:
-        subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
 def sys_executable() -> str:

@@ -42,15 +42,24 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", default=S, help="print errors only")
 
 
-def seconds(text: str) -> float:
-    """A non-negative number of seconds (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 <= value < 10**7:
-        raise argparse.ArgumentTypeError(f"not a number of seconds from 0 to 10000000: {text!r}")
-    return value
+def _ranged(parse, what: str, lo, hi, words: str):
+    """An argparse type: ``parse(text)`` from ``lo`` to ``hi``, refused in words otherwise."""
+    def check(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r} ({words})") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"not {what}: {text} ({words})")
+        return value
+
+    check.__name__ = what.split()[-1]
+    return check
+
+
+seconds = _ranged(float, "a number of seconds", 0, 10**7, "0 to 10000000")
+port = _ranged(int, "a port", 0, 65535, "0 to 65535; 0 picks a free one")
+iteration_number = _ranged(int, "an iteration number", 0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")
 
 
 def add_timeout_flag(p: argparse.ArgumentParser) -> None:
@@ -197,29 +206,6 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (all) or more, not {value}")
-    return value
-
-
-def port(text: str) -> int:
-    """An argparse type: a TCP port, 0 (pick a free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {value} (0 to 65535; 0 picks a free one)")
-    return value
-
-
-def iteration_number(text: str) -> int:
-    """An argparse type: an iteration number, a whole number from 0 to 2**63 - 1 (what
-    the ledger can hold)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an iteration number: {text!r} (a whole number from 0)") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"not an iteration number: {text} (a whole number from 0 to 2**63 - 1)")
     return value
 
 
