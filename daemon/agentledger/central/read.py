@@ -148,11 +148,11 @@ class Reader:
         check_statement(sql)
         try:
             cur = self.pg.execute(sql, params, prepare=True)
-        except psycopg.errors.QueryCanceled as exc:
-            raise QueryError(scrub(describe(exc), self.url) + " (the time limit: --timeout SECONDS, 0 for none)"
-                             if "timeout" in str(exc) else scrub(describe(exc), self.url)) from None
         except psycopg.Error as exc:
-            raise QueryError(scrub(describe(exc), self.url)) from None
+            why = scrub(describe(exc), self.url)
+            if isinstance(exc, psycopg.errors.QueryCanceled) and "timeout" in why:
+                why += " (the time limit: --timeout SECONDS, 0 for none)"
+            raise QueryError(why) from None
         if self.pg.info.transaction_status != TransactionStatus.INTRANS:  # layer 1 and 4 make this unreachable
             raise QueryError("the statement ended the read-only transaction; refused")
         return cur
@@ -170,9 +170,7 @@ def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT) -> I
         pg.isolation_level, pg.read_only = IsolationLevel.REPEATABLE_READ, True
         pg.execute("SELECT set_config('statement_timeout', %s, true), set_config('search_path', %s, true)",
                    (f"{int(timeout * 1000)}ms", "agentledger, public"))
-        # two statements: SQL does not promise to skip pg_has_role (which raises) for a missing role
-        if (pg.execute("SELECT to_regrole(%s) IS NOT NULL", (READER_ROLE,)).fetchone()[0]
-                and pg.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (READER_ROLE,)).fetchone()[0]):
+        if _reader_role_applies(pg):
             pg.execute(f"SET LOCAL ROLE {READER_ROLE}")
         pg.execute("SELECT 1")  # the snapshot is taken: the transaction stays read-only, whatever comes next
         yield Reader(pg, url)
@@ -184,6 +182,19 @@ def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT) -> I
         except Exception:  # noqa: BLE001 - a broken or cancelled connection: closing is all that is left
             pass
         pg.close()
+
+
+def _reader_role_applies(pg) -> bool:
+    """Whether the statement can run as the reader role here: it exists (roles are
+    cluster-wide), this database's schema grants it (another database of the cluster
+    may be at migration 4 while this one is not), and the URL's role may assume it.
+    Two statements: SQL does not promise to skip a function that raises for a missing
+    role or schema."""
+    exists = pg.execute("SELECT to_regrole(%s) IS NOT NULL AND to_regnamespace('agentledger') IS NOT NULL",
+                        (READER_ROLE,)).fetchone()[0]
+    return bool(exists) and pg.execute(
+        "SELECT has_schema_privilege(%s, 'agentledger', 'USAGE') AND pg_has_role(current_user, %s, 'MEMBER')",
+        (READER_ROLE, READER_ROLE)).fetchone()[0]
 
 
 # :name, but not a ::cast and not inside a quoted string
