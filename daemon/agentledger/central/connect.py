@@ -4,7 +4,8 @@ Credentials come from the URL, the ``PG*`` environment variables or a password
 file (libpq reads those itself); they are never printed: every message names the
 server by its URL without the password, and whatever libpq says is scrubbed of the
 URL's password before it is shown (libpq repeats a malformed URL whole, or quotes a
-piece of it: ``config.scrub``).
+piece of it: ``redact.scrub``). Reads go through ``read.reading``; ``session``
+is for the admin's commands that change the schema or its roles.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _no_socket() -> str | None:
 
 
 @contextmanager
-def session(url: str, *, label: str = "", read_only: bool = False) -> Iterator:
+def session(url: str, *, label: str = "") -> Iterator:
     """A connection for one command: committed and closed at the end; any server error
     on the way becomes a CentralError naming ``label`` (default: the URL without
     password)."""
@@ -76,8 +77,6 @@ def session(url: str, *, label: str = "", read_only: bool = False) -> Iterator:
     import psycopg
 
     try:
-        if read_only:
-            pg.read_only = True
         yield pg
         pg.commit()
     except psycopg.Error as exc:

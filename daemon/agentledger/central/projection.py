@@ -6,6 +6,7 @@ events through both (tests/test_central_parity.py)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from ..paths import schema_dir
@@ -13,10 +14,13 @@ from ..paths import schema_dir
 NAME = "projection"
 
 
+@functools.cache
 def source() -> str:
+    """The file's text, read once per process (each connection asks whether it changed)."""
     return (schema_dir() / "central" / "projection.sql").read_text("utf-8")
 
 
+@functools.cache
 def sha256() -> str:
     return hashlib.sha256(source().encode()).hexdigest()
 

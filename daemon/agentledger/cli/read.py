@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 
 from .common import (
@@ -296,22 +298,18 @@ class _Stop:
             self.why = "it ran longer than the time limit (--timeout SECONDS, 0 for none)"
         return 1 if self.why else 0
 
+    @contextlib.contextmanager
     def on_ctrl_c(self):
-        import contextlib
-        import signal
+        """Within the block, Ctrl-C stops the query (through ``check``) instead of being
+        held until SQLite returns."""
+        def interrupt(_sig, _frame) -> None:
+            self.why = "interrupted (Ctrl-C)"
 
-        @contextlib.contextmanager
-        def handled():
-            def interrupt(_sig, _frame) -> None:
-                self.why = "interrupted (Ctrl-C)"
-
-            previous = signal.signal(signal.SIGINT, interrupt)
-            try:
-                yield
-            finally:
-                signal.signal(signal.SIGINT, previous)
-
-        return handled()
+        previous = signal.signal(signal.SIGINT, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def cmd_trials(args: argparse.Namespace) -> int:

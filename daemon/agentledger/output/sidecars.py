@@ -9,7 +9,6 @@ and never follow a symlink at the target.
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import math
 import os
