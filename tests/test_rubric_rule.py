@@ -108,6 +108,42 @@ def test_switching_back_to_a_rubric_the_ledger_already_scored_rewrites_every_sid
     assert all(b"rubric_version: 3.0.0" in b for b in on_disk(gen.log).values())
 
 
+def test_a_switch_back_scores_only_what_changed_meanwhile_and_ends_as_a_ledger_that_never_left(
+        tmp_path: Path) -> None:
+    """Switching back reuses the scores whose inputs did not move (their inputs key
+    equals the one under the rubric switched away from); what changed while the other
+    rubric was active, and what the same command ingests, is scored again."""
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+
+    def edit(i: int) -> None:
+        p = gen.log / f"iter-{i}.yaml"
+        text = p.read_text()
+        assert "focused_tests_pass: true" in text
+        p.write_text(text.replace("focused_tests_pass: true", "focused_tests_pass: false", 1))
+
+    edit(7)  # scored under 3.0.0 only
+    synth.add_iteration(gen, 31)  # a new commit on the trunk and its iteration
+    assert _cli(cfg, "ingest")[0] == 0
+    edit(12)  # queued by the very command that switches back
+    code, out, err = _cli(cfg, "--rubric", "2.1.0", "ingest", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert 3 <= report["scored"] <= 6, report  # 7, 12, 31 (and windows they start)
+    assert report["scored"] + report["unchanged"] <= 8, report  # what was gathered: not all 31
+    assert report["sidecars_written"] == 31
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "2.1.0" and on_disk(gen.log) == want
+    # a ledger that scored these files under 2.1.0 only finds every sidecar already right
+    fresh = tmp_path / "fresh.toml"
+    fresh.write_text(cfg.read_text().replace(str(db), str(tmp_path / "never-left.sqlite")))
+    code, out, err = _cli(fresh, "ingest", "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["scored"], again["sidecars_written"], again["sessions_written"]) == (31, 0, 0), again
+
+
 def test_a_configured_rubric_activates_when_the_configured_value_changes(tmp_path: Path) -> None:
     gen, cfg, db, configure = _setup(tmp_path)
     assert _cli(cfg, "ingest")[0] == 0

@@ -179,8 +179,9 @@ def report_failures(report) -> list[str]:
     lines = list(report.errors)
     lines += [f"cannot write {path}: {why} (the rest was done; `agentledger quarantine` lists it)"
               for path, why in report.unwritten.items()]
-    if report.still_unwritten:
-        lines.append(f"{report.still_unwritten} sidecar(s) still cannot be written (`agentledger quarantine` lists"
+    still = len(report.still_unwritten - report.unwritten.keys())
+    if still:
+        lines.append(f"{still} sidecar(s) still cannot be written (`agentledger quarantine` lists"
                      " them)")
     return lines
 

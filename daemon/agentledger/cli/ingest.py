@@ -174,9 +174,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             with bar:
                 report = ledger.ensure_rubric(progress=update) or ledger.backfill(progress=update)
         else:
-            report = ledger.ensure_rubric() or ledger.backfill()
-        for src in ledger.cfg.iteration_logs:
-            report.add(ledger.sync_sidecars(src))
+            report = ledger.ensure_rubric() or ledger.backfill()  # either ends with every sidecar in line
     finally:
         ledger.close()
     return print_report(args, "backfill", report, {"from_rubric": before, "rubric": ledger.rubric.version})

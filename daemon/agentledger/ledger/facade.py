@@ -54,7 +54,7 @@ class Ledger:
         self.annotations = Annotations(ctx)
         self.sidecars = SidecarSync(ctx, background=background_writes)
         self.scoring = ScoringPass(ctx, self.inputs, self.sidecars)
-        self.rubrics = rubrics.Rubrics(ctx, self.scoring, self.sidecars)
+        self.rubrics = rubrics.Rubrics(ctx, self.planner, self.scoring, self.sidecars)
 
     # -- what callers read ------------------------------------------------------------------
     @property
@@ -205,11 +205,12 @@ class Ledger:
         backfill = self.rubrics.ensure(progress=progress)
         if backfill:
             total.add(backfill)
+        if backfill is not None and not rescore_all:
+            return total  # the backfill scored and synced every source, and consumed the queue
         for src in cfg.iteration_logs:
             if src.path.is_dir() and src.id not in unreadable:
-                everything = rescore_all or backfill is not None
-                total.add(self.rescore(src, everything=everything, progress=progress))
-                if not everything:  # a full pass ends by syncing every sidecar itself
+                total.add(self.rescore(src, everything=rescore_all, progress=progress))
+                if not rescore_all:  # a full pass ends by syncing every sidecar itself
                     total.add(self.sidecars.sync(src))
         return total
 

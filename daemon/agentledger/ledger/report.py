@@ -27,7 +27,7 @@ class Report:
     # (sidecar_problems), said once by the reader, and no reason to hold anything else
     # back (a backfill completes); known problems that failed again are only counted
     unwritten: dict[str, str] = field(default_factory=dict)
-    still_unwritten: int = 0
+    still_unwritten: set[str] = field(default_factory=set)  # paths; those also in ``unwritten`` are said there
 
     def add(self, other: Report) -> Report:
         for k in ("events", "quarantined", "files_read", "scored", "unchanged",
@@ -35,7 +35,7 @@ class Report:
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.errors += other.errors
         self.unwritten.update(other.unwritten)
-        self.still_unwritten += other.still_unwritten
+        self.still_unwritten |= other.still_unwritten
         return self
 
 

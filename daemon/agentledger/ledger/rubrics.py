@@ -8,6 +8,7 @@ is active yet; otherwise the active rubric stays.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -18,6 +19,7 @@ from ..scoring import rubric as rubric_data
 from ..store.events import Event, append
 from . import commit
 from .context import Context, read_state
+from .planner import Planner
 from .report import Progress, Report, SourceError
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
@@ -44,8 +46,9 @@ def target(cfg: Config, conn: sqlite3.Connection) -> tuple[str, str | None]:
 
 
 class Rubrics:
-    def __init__(self, ctx: Context, scoring: ScoringPass, sync: SidecarSync) -> None:
+    def __init__(self, ctx: Context, planner: Planner, scoring: ScoringPass, sync: SidecarSync) -> None:
         self.ctx = ctx
+        self.planner = planner
         self.scoring = scoring
         self.sync = sync
 
@@ -91,9 +94,13 @@ class Rubrics:
                                      "configured": configured})]
                     total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
                     if ctx.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None:
+                        # the scores under ``have`` are current (no backfill was under way): a
+                        # score under ``want`` with their inputs key stands (``backfill``)
+                        reuse = have if ctx.state("backfill") is None else None
                         events.append(Event("backfill.started", "ledger", "ledger",
                                             f"backfill|{want}|{last}|started",
-                                            {"rubric": want, "previous": have, "iterations": total}))
+                                            {"rubric": want, "previous": have, "iterations": total,
+                                             "reuse": reuse}))
                         ctx.announce(f"rubric {have} -> {want} ({reason}): rescoring {total:,} iterations")
                     elif have is not None:
                         ctx.announce(f"rubric {have} -> {want} ({reason})")
@@ -112,8 +119,12 @@ class Rubrics:
         """Rescore every iteration of every configured source under the active rubric,
         and bring every sidecar in line with the ledger.
 
-        Resumable: iterations already scored under it (same inputs) are skipped,
-        so a restarted backfill continues where the last one stopped."""
+        A switch to a rubric whose scores exist costs what it writes: a score under it
+        stands when the rubric switched away from (``reuse``, whose scores were
+        current then) has one with the same inputs key and nothing queued since can
+        have moved its inputs (``Planner.affected``); only the others are gathered and
+        scored. Resumable: iterations already scored under it (same inputs) are
+        skipped, so a restarted backfill continues where the last one stopped."""
         ctx = self.ctx
         report = Report()
         pending = json.loads(ctx.state("backfill") or "{}")
@@ -122,8 +133,8 @@ class Rubrics:
         for src in ctx.cfg.iteration_logs:
             count = ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
             try:
-                report.add(self.scoring.score(
-                    src, progress=(lambda d, t, b=base: progress(b + d, total)) if progress else None))
+                report.add(self._backfill(src, pending.get("reuse"), count,
+                                          (lambda d, t, b=base: progress(b + d, total)) if progress else None))
             except SourceError as exc:
                 report.errors.append(str(exc))
                 report.add(self.sync.sync(src))  # what the ledger holds under this rubric, at least
@@ -136,3 +147,17 @@ class Rubrics:
                 if append(ctx.conn, ev):
                     projector.apply(ev)
         return report
+
+    def _backfill(self, src, reuse: str | None, count: int, progress: Progress | None) -> Report:
+        """One source's part of ``backfill``; it also consumes the planner's queue, so
+        no pass after it needs to look at this source again."""
+        with self.ctx.repo(src).one_view():
+            todo = set(self.planner.affected(src)) | set(self.scoring.unverified(src))
+            finish = functools.partial(self.planner.record_trunk_rows, src)
+            if reuse is not None:
+                todo |= set(self.scoring.not_reusable(src, reuse))
+                if len(todo) < count:
+                    report = self.scoring.score(src, sorted(todo), finish=finish, progress=progress)
+                    report.add(self.sync.sync(src))
+                    return report
+            return self.scoring.score(src, finish=finish, progress=progress)

@@ -101,6 +101,17 @@ class ScoringPass:
             "SELECT s.iteration FROM imported_scores u JOIN scores s ON s.seq = u.seq"
             " WHERE s.source = ? AND s.rubric_version = ?", (src.id, self.ctx.rubric.version))]
 
+    def not_reusable(self, src: IterationLogSource, previous: str) -> list[int]:
+        """Iterations whose score under the active rubric was not computed from the
+        inputs their score under ``previous`` names (no score, an inputs key missing or
+        different, or a score under ``previous`` that came in by import)."""
+        return [r[0] for r in self.ctx.conn.execute(
+            "SELECT i.iteration FROM iterations i"
+            " LEFT JOIN scores x ON x.source = i.source AND x.iteration = i.iteration AND x.rubric_version = ?"
+            " LEFT JOIN scores p ON p.source = i.source AND p.iteration = i.iteration AND p.rubric_version = ?"
+            " WHERE i.source = ? AND (x.inputs_key IS NULL OR p.inputs_key IS NOT x.inputs_key"
+            " OR p.seq IN (SELECT seq FROM imported_scores))", (self.ctx.rubric.version, previous, src.id))]
+
     def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
                  report: Report) -> list[Event]:
         """The ``score.computed`` events of the iterations whose inputs hash changed."""
@@ -136,16 +147,16 @@ def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
     """Everything the ``score.computed`` event and its sidecar need, serialised here
     (in a worker, for bulk work), or None when the iteration's inputs did not change."""
     version, marker, x, record_json, prev = job
-    digest = x.digest(f"{version}+marker" if marker else version, record_json)
+    digest, key = x.digests(version, marker, record_json)
     if digest == prev:
         return None
-    payload = score_payload(score(rubrics.load(version), x), digest, marker)
+    payload = score_payload(score(rubrics.load(version), x), digest, marker, key)
     text = canonical_json(payload)
     data = render_score_payload(payload)
     return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)
 
 
-def score_payload(s: Score, digest: str, marker: bool) -> dict:
+def score_payload(s: Score, digest: str, marker: bool, key: str) -> dict:
     """The ``score.computed`` payload: the whole score, explainable, and what it came from."""
     f = encode_float
     breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
@@ -159,7 +170,7 @@ def score_payload(s: Score, digest: str, marker: bool) -> dict:
                                "detail": p.observed.detail},
                   "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
     return {
-        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
+        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
         "scored": s.scored, "value": f(s.value), "band": s.band,
         "breakdown": breakdown, "integrity": integrity,
         "linked_traces": s.linked_traces, "marker": marker,

@@ -110,7 +110,9 @@ class SidecarSync:
         stale = []
         for r in rows:
             path = src.path / r["sidecar"]
-            if r["iteration"] not in skip_iterations and disk_sha(path) != r["sidecar_sha256"]:
+            if r["iteration"] in skip_iterations:  # just written (or tried) by the caller
+                continue
+            if disk_sha(path) != r["sidecar_sha256"]:
                 stale.append(r)
             elif str(path) in self._problems():  # fixed by hand meanwhile
                 self._solved(str(path))
@@ -164,7 +166,7 @@ class SidecarSync:
         quarantine``, ``status``), in ``report.unwritten`` when it is new, only counted
         when it was known already (the daemon says each problem once, not every scan)."""
         if path in self._problems():
-            report.still_unwritten += 1
+            report.still_unwritten.add(path)
         else:
             report.unwritten[path] = reason
             self._problems().add(path)

@@ -71,19 +71,35 @@ class ScoringInputs:
 
         ``record_json``: the record's stored JSON text, when the caller has it
         (saves re-serialising the record; it is the same JSON ``to_jsonable`` gives)."""
-        h = hashlib.sha256()
+        return _hash(rubric_version, self._parts(record_json))
+
+    def digests(self, rubric_version: str, marker: bool, record_json: str | None = None) -> tuple[str, str]:
+        """``digest`` under ``rubric_version`` (with the marker option), and the same
+        hash with the rubric left out: the *inputs key*. Two scores under different
+        rubrics with one key were computed from the same inputs, which is what lets a
+        switch back to a rubric reuse its scores without gathering anything."""
+        parts = self._parts(record_json)
+        tag = "+marker" if marker else ""
+        return _hash(f"{rubric_version}{tag}", parts), _hash(tag, parts)
+
+    def _parts(self, record_json: str | None) -> tuple[str, ...]:
         if record_json is None:
             record_json = _dump(to_jsonable(self.record))
-        for part in (
-            rubric_version, str(SCORER_REVISION), self.trunk, record_json,
+        return (
+            str(SCORER_REVISION), self.trunk, record_json,
             _dump(to_jsonable(self.hook)), _dump(to_jsonable(self.labels)),
             _dump(to_jsonable(self.verifier_artifacts)), _dump(to_jsonable(self.review_artifact)),
             _dump(to_jsonable(self.landed)), _dump(self.write_scope), _dump(self.changed_files),
             _dump(self.commit_time), _dump(to_jsonable(self.transcript)),
-        ):
-            h.update(part.encode("utf-8"))
-            h.update(b"\x00")
-        return "sha256:" + h.hexdigest()
+        )
+
+
+def _hash(first: str, parts: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for part in (first, *parts):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return "sha256:" + h.hexdigest()
 
 
 def _dump(value: object) -> str:

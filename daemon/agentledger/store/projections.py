@@ -283,9 +283,9 @@ class Projector(TrialProjection, SessionProjection, TrajectoryProjection):
         value = decode_float(p["value"])
         self.conn.execute(
             "INSERT OR REPLACE INTO scores (source, iteration, rubric_version, scored, value, band,"
-            " inputs_hash, sidecar, sidecar_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " inputs_hash, sidecar, sidecar_sha256, seq, inputs_key) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), real(value), p["band"],
-             p["inputs_hash"], p["sidecar"], sha, ev.seq),
+             p["inputs_hash"], p["sidecar"], sha, ev.seq, p.get("inputs_key")),
         )
         self._mark_sessions_of(ev.source, p["iteration"], p["rubric_version"])
 
