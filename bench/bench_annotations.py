@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from _common import run
-from agentledger.sources import annotation_parse as P
+from agentledger.sources.annotations import parse as P
 
 
 def main() -> None:

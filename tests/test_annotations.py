@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from agentledger.sources import annotation_parse as P
+from agentledger.sources.annotations import parse as P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -20,19 +20,20 @@ PKG = ROOT / "daemon" / "agentledger"
 # package -> what it may import from the project (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
     "paths": set(),
-    "model": {"golang"},
-    "golang": {"model"},
+    "model": {"reference"},
+    "reference": {"model"},
     "process": set(),
     "redact": set(),
+    "errors": set(),
     "config": {"paths", "redact"},
-    "scoring": {"model", "golang", "paths"},
-    "output": {"golang", "process", "scoring"},
-    "sources": {"config", "golang", "model", "output", "scoring", "store.events"},
-    "store": {"model", "output", "paths", "scoring", "sources.annotation_model", "sources.annotations"},
+    "scoring": {"model", "reference", "paths"},
+    "output": {"reference", "process", "scoring"},
+    "sources": {"config", "reference", "model", "output", "scoring", "store.events"},
+    "store": {"model", "output", "paths", "scoring", "sources.annotations"},
     "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
     "views": {"scoring", "store"},
     "central": {"config", "paths", "redact", "scoring", "views"},
-    "service": {"central", "config", "ledger", "output", "paths", "redact", "sources", "store"},
+    "service": {"central", "config", "ledger", "output", "paths", "redact", "store"},
     "example": {"config", "ledger", "sources", "store"},
     "cli": {"central", "config", "ledger", "model", "output", "paths", "redact", "scoring", "service", "sources",
             "store", "views"},
@@ -76,7 +77,7 @@ def package(name: str) -> str:
 
 def allowed(importer: str, target: str) -> bool:
     own = package(importer)
-    if package(target) == own or target == "__version__":
+    if package(target) == own or target == "__version__" or target == "errors":  # every package may raise them
         return True
     rules = MAY_IMPORT[own]
     return any(target == r or target.startswith(r + ".") for r in rules)
@@ -125,3 +126,69 @@ def test_no_class_is_over_the_size_a_newcomer_reads_in_one_sitting() -> None:
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 260:
                 over[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
     assert not over, f"classes over 260 lines: {over}"
+
+
+def _module_of(target: str, known: set[str]) -> str | None:
+    """The project module an import target names (``store.events.Event`` → ``store.events``)."""
+    parts = target.split(".")
+    for k in range(len(parts), 0, -1):
+        name = ".".join(parts[:k])
+        if name in known:
+            return name
+    return None
+
+
+def circles() -> list[list[str]]:
+    """Import circles among the modules of one package (lazy imports included)."""
+    mods = dict(modules())
+    known = set(mods)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        deps = {_module_of(t, known) for t in imports(name, path)}
+        graph[name] = {d for d in deps if d and d != name and package(d) == package(name)
+                       and not d.endswith("__init__")}
+    found, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == "open":
+                found.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    return found
+
+
+def test_no_circle_inside_a_package() -> None:
+    assert not circles(), "import circles:\n" + "\n".join(" -> ".join(c) for c in circles())
+
+
+# what appends events or projects them: only store/ touches these; everyone else
+# writes through store.log.EventLog
+_WRITE_PATH = {"store.events": {"append", "append_many", "append_rows"},
+               "store.projections": {"Projector"}, "store.trials": {"TrialFamily"}}
+
+
+def test_events_are_written_only_through_the_event_log() -> None:
+    wrong = []
+    for name, path in modules():
+        if package(name) == "store":
+            continue
+        here = name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if node.level:
+                mod = ".".join(here[: len(here) - (node.level - 1)] + [node.module])
+            else:
+                mod = node.module.removeprefix("agentledger").strip(".")
+            hit = _WRITE_PATH.get(mod, set()) & {a.name for a in node.names}
+            wrong += [f"{name} imports {mod}.{h}" for h in sorted(hit)]
+    assert not wrong, "writes past store.log.EventLog:\n" + "\n".join(wrong)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from agentledger.golang.fmt import fixed, format_float, go_quote, short
-from agentledger.golang.yamlv3.decode import Decoder, FatalDecode, YamlError, load_document
-from agentledger.golang.yamlv3.emit import dump, format_string
-from agentledger.golang.yamlv3.resolve import resolve_plain
-from agentledger.sources.iterlog_parse import parse_historical, parse_record
+from agentledger.reference.fmt import fixed, format_float, go_quote, short
+from agentledger.reference.yamlv3.decode import Decoder, FatalDecode, YamlError, load_document
+from agentledger.reference.yamlv3.emit import dump, format_string
+from agentledger.reference.yamlv3.resolve import resolve_plain
+from agentledger.sources.iterlogs.records import parse_historical, parse_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -138,8 +138,8 @@ yamlish = st.lists(_pieces, max_size=60).map("".join)
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(yamlish, st.text(max_size=200)))
 def test_parsers_never_raise_anything_but_yaml_errors(text: str) -> None:
-    from agentledger.sources.artifacts_parse import parse_artifact
-    from agentledger.sources.sidefiles_parse import parse_hook_outcomes, parse_labels
+    from agentledger.sources.iterlogs.artifacts import parse_artifact
+    from agentledger.sources.iterlogs.sidefiles import parse_hook_outcomes, parse_labels
 
     for fn in (parse_record, parse_historical, lambda t: parse_artifact("verifier_result", t),
                lambda t: parse_artifact("review_decision", t), lambda t: parse_artifact("tasks", t)):

@@ -7,7 +7,7 @@ from agentledger.scoring import rubric as R
 from agentledger.scoring.combine import combine
 from agentledger.scoring.inputs import ScoringInputs
 from agentledger.scoring.signals import SignalValue, absent, correction_pressure, hook_outcomes, human_label, present
-from agentledger.sources.sidefiles_parse import parse_hook_outcomes, parse_labels
+from agentledger.sources.iterlogs.sidefiles import parse_hook_outcomes, parse_labels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

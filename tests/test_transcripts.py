@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from agentledger.sources.transcript_parse import Invalid, fact, parse_go_time
+from agentledger.sources.transcripts.parse import Invalid, fact, parse_go_time
 
 from .conftest import TESTDATA, need_fixtures, run_cli, wait_until
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
 from .paths import default_store_path
 from .redact import redact_url, strip_password
 
@@ -25,8 +26,8 @@ DEFAULT_RUBRIC = "2.1.0"
 DEFAULT_TRUNK = "master"
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(UsageError, ValueError):
+    """A configuration that cannot be used: exit 2."""
 
 
 class _Named:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..errors import AgentledgerError
 from ..redact import scrub, strip_password
 
 CONNECT_TIMEOUT = 10  # seconds, unless the URL says otherwise
@@ -24,7 +25,7 @@ TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 1
                 "tcp_user_timeout": 60_000}
 
 
-class CentralError(RuntimeError):
+class CentralError(AgentledgerError):
     """A team-ledger failure, worded for one line: the server, and what went wrong."""
 
 

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..errors import AgentledgerError
 from ..redact import scrub
 from .connect import CentralError, connect, describe
 
@@ -68,7 +69,7 @@ _TOKEN = re.compile(r"""
 """, re.X | re.S)
 
 
-class QueryError(RuntimeError):
+class QueryError(AgentledgerError):
     """The statement was refused (here or by the server), or failed on the server."""
 
 

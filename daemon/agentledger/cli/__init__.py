@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from . import ingest, read, settings, team, trajectories, views
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Failure, UsageError, add_common_flags
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
 
 
 class Parser(argparse.ArgumentParser):
@@ -63,12 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
                         format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
-    from ..config import ConfigError
-    from ..redact import scrub
-    from ..scoring.rubric import UnknownRubric
-    from ..store.db import StoreError
-
     import sqlite3
+
+    from ..errors import AgentledgerError
+    from ..redact import scrub
 
     if getattr(args, "rubric", None) and args.command not in SCORING_COMMANDS:
         parser.exit(EXIT_USAGE, f"agentledger {args.command}: error: --rubric goes with a command that scores"
@@ -76,14 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"{args.command} reads what is active\n")
     try:
         return args.func(args)
-    except UsageError as exc:
-        parser.exit(EXIT_USAGE, f"agentledger {args.command}: error: {exc}\n")
-    except (ConfigError, UnknownRubric) as exc:
-        print(f"agentledger: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (StoreError, Failure) as exc:
+    except AgentledgerError as exc:  # the one place an error becomes an exit code (errors.py)
+        if type(exc) is UsageError:  # about this command's flags
+            parser.exit(exc.exit_code, f"agentledger {args.command}: error: {exc}\n")
         print(scrub(f"agentledger: error: {exc}"), file=sys.stderr)  # a password never reaches a terminal
-        return EXIT_FAIL
+        return exc.exit_code
     except BrokenPipeError:
         return EXIT_OK
     except sqlite3.Error as exc:  # the ledger itself: a full disk, a file that is not a ledger, …

@@ -10,15 +10,12 @@ import json
 import sqlite3
 import sys
 
+from ..errors import AgentledgerError, UsageError
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
-
-class UsageError(Exception):
-    """Bad flags or values: exit 2, one line naming what is valid."""
-
-
-class Failure(Exception):
-    """The command cannot do what was asked (nothing there, cannot read or write): exit 1, one line."""
+Failure = AgentledgerError  # the command cannot do what was asked (nothing there, cannot read or write)
+__all__ = ["Failure", "UsageError"]
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
@@ -167,14 +164,14 @@ def progress_bar(label: str = "scoring"):
     return bar, update
 
 
-def report_dict(report) -> dict:
+def outcome_dict(report) -> dict:
     out = {k: getattr(report, k) for k in ("events", "quarantined", "files_read", "scored", "unchanged",
                                            "sidecars_written", "sessions_written", "errors")}
     out["sidecars_not_written"] = {**report.unwritten}
     return out
 
 
-def report_failures(report) -> list[str]:
+def outcome_failures(report) -> list[str]:
     """The lines a command says on stderr for what it could not do (exit 1 when any)."""
     lines = list(report.errors)
     lines += [f"cannot write {path}: {why} (the rest was done; `agentledger quarantine` lists it)"
@@ -186,14 +183,14 @@ def report_failures(report) -> list[str]:
     return lines
 
 
-def print_report(args: argparse.Namespace, title: str, report, extra: dict | None = None) -> int:
-    data = {**report_dict(report), **(extra or {})}
+def print_outcome(args: argparse.Namespace, title: str, report, extra: dict | None = None) -> int:
+    data = {**outcome_dict(report), **(extra or {})}
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2))
     elif not getattr(args, "quiet", False):
         parts = [f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "errors" and not isinstance(v, (list, dict))]
         print(f"{title}: " + ", ".join(parts))
-    failures = report_failures(report)
+    failures = outcome_failures(report)
     for err in failures:
         print(f"agentledger: error: {err}", file=sys.stderr)
     return EXIT_FAIL if failures else EXIT_OK

@@ -16,9 +16,9 @@ from .common import (
     iteration_number,
     load_config,
     open_ledger,
-    print_report,
+    print_outcome,
     progress_bar,
-    report_failures,
+    outcome_failures,
     with_discovered_log,
 )
 
@@ -65,7 +65,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             total = ledger.scan_all(rescore_all=args.rescore_all)
     finally:
         ledger.close()
-    return print_report(args, "ingest", total, {"rubric": ledger.rubric.version})
+    return print_outcome(args, "ingest", total, {"rubric": ledger.rubric.version})
 
 
 def _pick_source(ledger, name: str | None):
@@ -131,7 +131,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(json.dumps(result, indent=2))
         elif not getattr(args, "quiet", False):
             _print_breakdown(result)
-        failures = report_failures(report)
+        failures = outcome_failures(report)
         for err in failures:
             print(f"agentledger: error: {err}", file=sys.stderr)
         return EXIT_FAIL if failures else EXIT_OK
@@ -177,11 +177,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             report = ledger.ensure_rubric() or ledger.backfill()  # either ends with every sidecar in line
     finally:
         ledger.close()
-    return print_report(args, "backfill", report, {"from_rubric": before, "rubric": ledger.rubric.version})
+    return print_outcome(args, "backfill", report, {"from_rubric": before, "rubric": ledger.rubric.version})
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from ..ledger import Report
+    from ..ledger import Outcome
     from ..scoring import rubric as rubrics
     from ..store.projections import rebuild
 
@@ -198,7 +198,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             replayed = rebuild(ledger.conn)
         # derived state only: the sidecars of the rubric the events made active (never a new activation)
         ledger.rubric = rubrics.load(ledger.state("active_rubric") or ledger.rubric.version)
-        report = Report()
+        report = Outcome()
         for src in ledger.cfg.iteration_logs:
             report.add(ledger.sync_sidecars(src))
         if not ledger.cfg.iteration_logs and not getattr(args, "quiet", False):
@@ -207,7 +207,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     finally:
         ledger.close()
-    return print_report(args, "rebuild", report, {"events_replayed": replayed})
+    return print_outcome(args, "rebuild", report, {"events_replayed": replayed})
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -157,7 +157,7 @@ def cmd_trajectory(args: argparse.Namespace) -> int:
 def _files(paths: list[str]) -> list[tuple[Path, bool]]:
     """(file, named explicitly): files found in a directory are linted only when
     their content is a trajectory (a README beside the annotations is not)."""
-    from ..sources.annotations import discover
+    from ..sources.annotations.events import discover
 
     out: list[tuple[Path, bool]] = []
     for p in map(Path, paths):
@@ -172,8 +172,8 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     """Findings as ``path:line: kind: message`` (compiler style, so editors can jump)."""
-    from ..sources import annotation_parse as P
-    from ..sources.annotations import is_trajectory
+    from ..sources.annotations import parse as P
+    from ..sources.annotations.events import is_trajectory
 
     findings = []
     checked = 0

@@ -107,7 +107,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                 read, new = export.import_lines(conn, src, progress=update, total=total)
         else:
             read, new = export.import_lines(conn, src)
-    except export.ImportError_ as exc:
+    except export.ImportRefused as exc:
         raise Failure(f"import: {exc}") from None
     except UnicodeDecodeError as exc:
         raise Failure(f"import: not an agentledger event export: the file is not UTF-8 text (byte {exc.start}"
@@ -140,7 +140,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _team_data(args: argparse.Namespace, since: str | None):
     from ..central import read
-    from ..central import report as team
+    from ..central import team_report as team
     from .team import destination
 
     dest = destination(args, args.central)

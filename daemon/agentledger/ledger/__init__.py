@@ -5,6 +5,6 @@ one job and a module of its own (docs/architecture.md has the map).
 """
 
 from .facade import Ledger
-from .report import Progress, Report, SourceError
+from .outcome import Outcome, Progress, SourceError
 
-__all__ = ["Ledger", "Progress", "Report", "SourceError"]
+__all__ = ["Ledger", "Outcome", "Progress", "SourceError"]

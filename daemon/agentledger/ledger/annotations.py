@@ -10,9 +10,10 @@ from collections.abc import Iterable
 
 from ..config import AnnotationSource
 from ..store import db as store
+from ..store.log import FileCheckpoint
 from . import commit
 from .context import Context
-from .report import Report
+from .outcome import Outcome
 
 BATCH_FILES = 200
 
@@ -22,12 +23,12 @@ class Annotations:
         self.ctx = ctx
         self._seeded = False
 
-    def ingest(self, src: AnnotationSource, rels: Iterable[str] | None = None) -> Report:
+    def ingest(self, src: AnnotationSource, rels: Iterable[str] | None = None) -> Outcome:
         """Read the annotation files of ``src`` that changed: all of them (a scan, which
         also notices removals), or just ``rels`` (a change notification's hint)."""
-        from ..sources import annotations as A
+        from ..sources.annotations import events as A
 
-        report = Report()
+        report = Outcome()
         if not src.path.is_dir():
             report.errors.append(f"{src.path}: annotations directory does not exist")
             return report
@@ -51,16 +52,16 @@ class Annotations:
                     changes.append(change)
             if not changes:
                 continue
-            with commit.transaction(self.ctx) as projector:
+            with commit.transaction(self.ctx) as batch:
                 for rel, sig, sha, events in changes:
-                    last = commit.record(self.ctx, events, projector, report, src.path / rel)
-                    commit.file_checkpoint(self.ctx, src.id, rel, A.KIND, sig, sha, last)
+                    commit.record(batch, events, report, src.path / rel,
+                                  checkpoint=FileCheckpoint(src.id, rel, A.KIND, sig, sha))
             report.files_read += len(changes)
         return report
 
-    def _look(self, src: AnnotationSource, rel: str, prev: tuple | None, report: Report):
+    def _look(self, src: AnnotationSource, rel: str, prev: tuple | None, report: Outcome):
         """(rel, stat | None, sha | None, events) for a file that changed, else None."""
-        from ..sources import annotations as A
+        from ..sources.annotations import events as A
 
         path = src.path / rel
         limit = self.ctx.cfg.limits.max_file_bytes
@@ -97,7 +98,7 @@ class Annotations:
         if self._seeded:
             return
         from ..paths import schema_dir
-        from ..sources.annotations import seeds
+        from ..sources.annotations.events import seeds
 
         conn = self.ctx.conn
         rows = seeds(schema_dir())

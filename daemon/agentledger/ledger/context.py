@@ -1,5 +1,5 @@
-"""What every part of the ledger shares: the configuration, the one connection, the
-active rubric, what ingestion touched, and the git view of each repository.
+"""What every part of the ledger shares: the configuration, the one connection and
+its event log, the active rubric, what ingestion touched, and the git view of each repository.
 
 One object, handed to each part at construction, instead of a class that holds
 every job: the parts stay small and say in their signatures what they use.
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from ..config import Config, IterationLogSource
 from ..scoring.rubric import Rubric
 from ..sources.git import GitRepo
-from ..sources.iterlog import ReadLimits
-from ..store.projections import Touched
+from ..sources.iterlogs.files import ReadLimits
+from ..store.log import EventLog
+from ..store.touched import Touched
 
 log = logging.getLogger("agentledger")
 
@@ -30,6 +31,10 @@ class Context:
     touched: Touched = field(default_factory=Touched)  # what ingestion changed since the last notification
     announce: Callable[[str], None] = log.info  # rubric changes: the CLI prints them on stderr
     repos: dict[str, GitRepo] = field(default_factory=dict)
+    log: EventLog = field(init=False)  # the one way events are written
+
+    def __post_init__(self) -> None:
+        self.log = EventLog(self.conn)
 
     def repo(self, src: IterationLogSource) -> GitRepo:
         repo = self.repos.get(src.id)

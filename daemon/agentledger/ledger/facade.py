@@ -20,21 +20,20 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..config import AnnotationSource, Config, IterationLogSource, VallySource
+from ..config import Config, IterationLogSource, VallySource
 from ..process.parallel import shutdown as shutdown_workers
 from ..scoring import rubric as rubric_data
-from ..scoring.inputs import ScoringInputs
-from ..sources import iterlog as S
-from ..sources.git import GitRepo
+from ..sources.iterlogs import files as S
+from ..sources.vally import events as vally
 from ..store import db as store
-from ..store.projections import Touched
+from ..store.touched import Touched
 from . import rubrics
 from .annotations import Annotations
 from .context import Context
 from .inputs import Inputs
 from .iterlogs import IterationLogs
 from .planner import Planner
-from .report import Progress, Report, SourceError
+from .outcome import Outcome, Progress, SourceError
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
 from .tailing import Tailing
@@ -92,9 +91,6 @@ class Ledger:
     def state(self, key: str) -> str | None:
         return self.ctx.state(key)
 
-    def repo(self, src: IterationLogSource) -> GitRepo:
-        return self.ctx.repo(src)
-
     def close(self) -> None:
         self.sidecars.close()
         for repo in self.ctx.repos.values():
@@ -121,48 +117,79 @@ class Ledger:
                 "INSERT OR REPLACE INTO sources (source, kind, root, repo, trunk, seen_at) VALUES (?,?,?,?,?,?)",
                 [(*r, now) for r in todo])
 
-    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
+    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         return self.iterlogs.ingest(src, iterations=iterations)
 
-    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Report:
+    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Outcome:
         return self.iterlogs.ingest_hint(src, names, repo_rels)
 
-    def ingest_vally(self, src: VallySource) -> Report:
+    def ingest_vally(self, src: VallySource) -> Outcome:
         return self.tailing.vally(src)
 
-    def ingest_transcripts(self, directory: Path) -> Report:
+    def ingest_transcripts(self, directory: Path) -> Outcome:
         return self.tailing.transcripts(directory)
 
-    def ingest_annotations(self, src: AnnotationSource, rels: Iterable[str] | None = None) -> Report:
-        return self.annotations.ingest(src, rels)
+    # -- change notifications: which source a path belongs to is the ledger's to know ----------
+    def watch_paths(self) -> list[Path]:
+        """The existing directories whose changes concern a configured source."""
+        cfg = self.ctx.cfg
+        out: list[Path] = []
+        for src in cfg.iteration_logs:
+            out += [src.path, *src.transcripts, *src.vally_transcripts]
+            out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
+        out += [v.path for v in cfg.vally]
+        out += [a.path for a in cfg.annotations]
+        return [p for p in dict.fromkeys(out) if p.is_dir()]
+
+    def ingest_paths(self, paths: Iterable[Path]) -> Outcome:
+        """Read what a change notification named (a hint: nothing else is looked at)
+        and rescore the iteration logs it concerned."""
+        cfg, paths = self.ctx.cfg, list(paths)
+        report = Outcome()
+        touched_logs = []
+        for src in cfg.iteration_logs:
+            names = {p.name for p in paths if p.parent == src.path}
+            repo_rels = {str(p.relative_to(src.repo)) for p in paths
+                         if _under(p, src.repo / ".agents") and not _under(p, src.path)}
+            transcripts = [d for d in src.transcripts if any(p.parent == d for p in paths)]
+            trajectories = [d for d in src.vally_transcripts if any(_under(p, d) for p in paths)]
+            if not (names or repo_rels or transcripts or trajectories):
+                continue
+            touched_logs.append(src)
+            if names or repo_rels:
+                report.add(self.iterlogs.ingest_hint(src, names, repo_rels))
+            for d in transcripts:
+                report.add(self.tailing.transcripts(d))
+        for vsrc in cfg.vally:
+            if any(_under(p, vsrc.path) and p.name in vally.FILES for p in paths):
+                report.add(self.tailing.vally(vsrc))
+        for d in {d for s in cfg.iteration_logs for d in s.vally_transcripts}:
+            if any(_under(p, d) for p in paths) and d not in {v.path for v in cfg.vally}:
+                report.add(self.tailing.vally(VallySource(d)))
+        for asrc in cfg.annotations:
+            # whole files: a partial save is superseded by the event of the save that completes it
+            rels = [str(p.relative_to(asrc.path)) for p in paths if _under(p, asrc.path) and p.suffix == ".md"]
+            if rels:
+                report.add(self.annotations.ingest(asrc, rels))
+        for src in touched_logs:
+            report.add(self.rescore(src))
+        return report
 
     # -- scoring --------------------------------------------------------------------------------
-    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[tuple[ScoringInputs, str]]:
-        return self.inputs.gather(src, iterations)
-
-    def affected(self, src: IterationLogSource) -> list[int]:
-        return self.planner.affected(src)
-
-    def record_trunk(self, src: IterationLogSource) -> None:
-        self.planner.record_trunk(src)
-
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Report:
+              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Outcome:
         return self.scoring.score(src, iterations, progress=progress, finish=finish)
 
-    def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None) -> Report:
+    def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None) -> Outcome:
         return self.sidecars.sync(src, iterations)
 
-    def collect_writes(self) -> Report:
+    def collect_writes(self) -> Outcome:
         return self.sidecars.collect_writes()
 
-    def rubric_target(self) -> tuple[str, str | None]:
-        return rubrics.target(self.ctx.cfg, self.ctx.conn)
-
-    def ensure_rubric(self, *, progress: Progress | None = None) -> Report | None:
+    def ensure_rubric(self, *, progress: Progress | None = None) -> Outcome | None:
         return self.rubrics.ensure(progress=progress)
 
-    def backfill(self, *, progress: Progress | None = None) -> Report:
+    def backfill(self, *, progress: Progress | None = None) -> Outcome:
         return self.rubrics.backfill(progress=progress)
 
     def wait_for_writes(self) -> None:
@@ -171,7 +198,7 @@ class Ledger:
             self.sidecars.writer.wait()
 
     # -- the main job, once ---------------------------------------------------------------------
-    def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Report:
+    def scan_all(self, *, rescore_all: bool = False, progress: Progress | None = None) -> Outcome:
         """Ingest every source, activate the rubric the rule names (backfilling if it
         changed), rescore what the changes affect, and bring every sidecar in line.
         ``progress`` hears (done, total) of scoring, and (bytes, of bytes, what) of a
@@ -182,9 +209,9 @@ class Ledger:
         finally:
             self.tailing.progress = None
 
-    def _scan_all(self, rescore_all: bool, progress: Progress | None) -> Report:
+    def _scan_all(self, rescore_all: bool, progress: Progress | None) -> Outcome:
         cfg = self.ctx.cfg
-        total = Report()
+        total = Outcome()
         for repo in self.ctx.repos.values():
             repo.forget()
         self.planner.forget()
@@ -215,7 +242,7 @@ class Ledger:
         return total
 
     def rescore(self, src: IterationLogSource, *, everything: bool = False,
-                progress: Progress | None = None) -> Report:
+                progress: Progress | None = None) -> Outcome:
         """Score what changed (or every iteration) under the ledger's active rubric;
         errors are reported, never raised."""
         self.rubrics.follow()
@@ -228,6 +255,10 @@ class Ledger:
                 if todo:
                     return self.scoring.score(src, todo, finish=finish, progress=progress)
                 self.planner.record_trunk(src)
-                return Report()
+                return Outcome()
         except SourceError as exc:
-            return Report(errors=[str(exc)])
+            return Outcome(errors=[str(exc)])
+
+
+def _under(p: Path, root: Path) -> bool:
+    return p == root or root in p.parents

@@ -11,10 +11,10 @@ from datetime import datetime
 from ..config import IterationLogSource
 from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
 from ..scoring.inputs import ScoringInputs, TranscriptTotals
-from ..sources.artifacts_parse import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
+from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from ..sources.git import GitRepo
 from .context import Context
-from .report import SourceError
+from .outcome import SourceError
 from .windows import FactSums
 
 

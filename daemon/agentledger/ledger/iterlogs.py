@@ -12,13 +12,14 @@ from datetime import datetime, timezone
 
 from ..config import IterationLogSource, VallySource
 from ..process.parallel import pmap
-from ..sources import iterlog as S
-from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
-from ..store.projections import Projector, Touched
+from ..sources.iterlogs import files as S
+from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..store.log import Batch, FileCheckpoint
+from ..store.touched import Touched
 from . import commit
 from .context import Context
 from .inputs import Inputs
-from .report import Report, chunks
+from .outcome import Outcome, chunks
 from .tailing import Tailing
 
 
@@ -28,9 +29,9 @@ class IterationLogs:
         self.inputs = inputs
         self.tailing = tailing
 
-    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Report:
+    def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
-        report = Report()
+        report = Outcome()
         conn = self.ctx.conn
         if iterations is None:
             try:
@@ -65,11 +66,11 @@ class IterationLogs:
                 report.add(self.tailing.vally(VallySource(directory)))
         return report
 
-    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Report:
+    def ingest_hint(self, src: IterationLogSource, names: set[str], repo_rels: set[str]) -> Outcome:
         """Re-read what a change notification named: files of the log directory
         (``names``) and repository files under ``.agents`` (``repo_rels``), plus the
         artifacts the touched records point at. Nothing else is stat'ed."""
-        report = Report()
+        report = Outcome()
         # Only what *this* hint changes: the accumulated set holds every iteration an
         # initial scan touched, and looking up all their artifacts cost a close ~200 ms
         # at 10,000 iterations.
@@ -117,7 +118,7 @@ class IterationLogs:
                 for r in self.ctx.conn.execute(sql, args)}
 
     def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
-                 report: Report) -> list[S.Observation]:
+                 report: Outcome) -> list[S.Observation]:
         cps = self._checkpoints(src, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         out = []
@@ -127,28 +128,28 @@ class IterationLogs:
                 report.files_read += obs.digest is not None and not obs.unchanged
         return out
 
-    def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Report) -> None:
+    def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Outcome) -> None:
         for chunk in chunks(observations):
-            with commit.transaction(self.ctx) as projector:
+            with commit.transaction(self.ctx) as batch:
                 for obs in chunk:
-                    self._commit_one(src, obs, projector, report)
+                    self._commit_one(src, obs, batch, report)
 
-    def _commit_one(self, src: IterationLogSource, obs: S.Observation, projector: Projector,
-                    report: Report) -> None:
+    def _commit_one(self, src: IterationLogSource, obs: S.Observation, batch: Batch, report: Outcome) -> None:
         row = self.ctx.conn.execute("SELECT content_hash FROM source_checkpoints WHERE source = ? AND path = ?",
                                     (src.id, obs.cand.rel)).fetchone()
         prev = row[0] if row else None
         if obs.digest is None and prev is None:
             return  # already known to be gone
-        last_seq = None
+        events = []
         if obs.digest != prev:
             occurred = (datetime.fromtimestamp(obs.stat[3] / 1e9, timezone.utc).isoformat()
                         if obs.stat and obs.stat[3] else None)
-            for i, ev in enumerate(obs.events):
+            events = obs.events
+            for i, ev in enumerate(events):
                 ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{prev or '-'}|{i}"
                 ev.occurred_at = occurred
-            last_seq = commit.record(self.ctx, obs.events, projector, report, obs.cand.abs)
-        commit.file_checkpoint(self.ctx, src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest, last_seq)
+        commit.record(batch, events, report, obs.cand.abs,
+                      checkpoint=FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest))
 
 
 def _observe_job(job: tuple) -> S.Observation | None:  # in a worker process for bulk work

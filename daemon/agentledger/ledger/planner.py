@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ..config import IterationLogSource
-from ..sources.artifacts_parse import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
 from ..sources.git import GitRepo
 from ..store import db as store
 from .context import Context

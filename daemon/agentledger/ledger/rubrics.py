@@ -16,11 +16,11 @@ from dataclasses import replace
 
 from ..config import Config
 from ..scoring import rubric as rubric_data
-from ..store.events import Event, append
+from ..store.events import Event
 from . import commit
 from .context import Context, read_state
 from .planner import Planner
-from .report import Progress, Report, SourceError
+from .outcome import Outcome, Progress, SourceError
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
 
@@ -63,7 +63,7 @@ class Rubrics:
                      active, ctx.rubric.version)
             ctx.rubric = rubric_data.load(active)
 
-    def ensure(self, *, progress: Progress | None = None) -> Report | None:
+    def ensure(self, *, progress: Progress | None = None) -> Outcome | None:
         """Make the rubric the rule names (``target``) the active one and backfill (or
         resume a backfill) under it; also remember the configured value. None when
         nothing was to do.
@@ -76,7 +76,7 @@ class Rubrics:
         configured = ctx.cfg.scoring.rubric
         want, why = target(ctx.cfg, ctx.conn)
         if why is not None or ctx.state("configured_rubric") != configured:
-            with commit.transaction(ctx) as projector:
+            with commit.transaction(ctx) as batch:
                 want, why = target(ctx.cfg, ctx.conn)
                 have = ctx.state("active_rubric")
                 reason = "explicit" if ctx.cfg.explicit_rubric else "configured"
@@ -104,9 +104,7 @@ class Rubrics:
                         ctx.announce(f"rubric {have} -> {want} ({reason}): rescoring {total:,} iterations")
                     elif have is not None:
                         ctx.announce(f"rubric {have} -> {want} ({reason})")
-                for ev in events:
-                    if append(ctx.conn, ev):
-                        projector.apply(ev)
+                batch.append(events)
         if ctx.cfg.explicit_rubric is not None:
             ctx.cfg = replace(ctx.cfg, explicit_rubric=None)
         if ctx.rubric.version != want:
@@ -115,7 +113,7 @@ class Rubrics:
             return None
         return self.backfill(progress=progress)
 
-    def backfill(self, *, progress: Progress | None = None) -> Report:
+    def backfill(self, *, progress: Progress | None = None) -> Outcome:
         """Rescore every iteration of every configured source under the active rubric,
         and bring every sidecar in line with the ledger.
 
@@ -126,7 +124,7 @@ class Rubrics:
         scored. Resumable: iterations already scored under it (same inputs) are
         skipped, so a restarted backfill continues where the last one stopped."""
         ctx = self.ctx
-        report = Report()
+        report = Outcome()
         pending = json.loads(ctx.state("backfill") or "{}")
         total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
         base = 0
@@ -140,15 +138,12 @@ class Rubrics:
                 report.add(self.sync.sync(src))  # what the ledger holds under this rubric, at least
             base += count
         if pending and not report.errors:
-            with commit.transaction(ctx) as projector:
-                ev = Event("backfill.completed", "ledger", "ledger",
-                           f"backfill|{pending['rubric']}|{pending['started_seq']}|completed",
-                           {"rubric": pending["rubric"], "rescored": report.scored})
-                if append(ctx.conn, ev):
-                    projector.apply(ev)
+            ctx.log.commit([Event("backfill.completed", "ledger", "ledger",
+                                  f"backfill|{pending['rubric']}|{pending['started_seq']}|completed",
+                                  {"rubric": pending["rubric"], "rescored": report.scored})])
         return report
 
-    def _backfill(self, src, reuse: str | None, count: int, progress: Progress | None) -> Report:
+    def _backfill(self, src, reuse: str | None, count: int, progress: Progress | None) -> Outcome:
         """One source's part of ``backfill``; it also consumes the planner's queue, so
         no pass after it needs to look at this source again."""
         with self.ctx.repo(src).one_view():

@@ -15,12 +15,11 @@ from ..output import sidecars
 from ..process.parallel import pmap
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
-from ..store import db as store
-from ..store.events import Event, append_many, canonical_json, content_hash
-from ..store.projections import Projector, render_score_payload
+from ..store.events import Event, canonical_json, content_hash
+from ..store.projections import render_score_payload
 from .context import Context
 from .inputs import Inputs
-from .report import Progress, Report, chunks
+from .outcome import Outcome, Progress, chunks
 from .sidecar_sync import AUTO_FSYNC_MAX, SidecarSync
 
 
@@ -31,11 +30,11 @@ class ScoringPass:
         self.sync = sync
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Report:
+              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Outcome:
         """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
         the pass's last transaction (its own one when nothing needed a new score)."""
         ctx, sync = self.ctx, self.sync
-        report = Report()
+        report = Outcome()
         sync.sweep(src)
         version = ctx.rubric.version
         marker = ctx.cfg.scoring.linked_traces_marker
@@ -58,25 +57,22 @@ class ScoringPass:
 
         batches = list(chunks(todo))
         if finish is not None and not batches:
-            with store.write_transaction(ctx.conn):
+            with ctx.log.batch():
                 finish()
         done = 0
         try:
             for k, batch in enumerate(batches, 1):
-                with store.write_transaction(ctx.conn):
-                    projector = Projector(ctx.conn)
-                    for ev in append_many(ctx.conn, batch):
-                        projector.apply(ev)
-                        report.events += 1
-                        report.scored += 1
-                    projector.flush()
+                with ctx.log.batch() as committed:
+                    new = committed.append(batch)
+                    report.events += len(new)
+                    report.scored += len(new)
                     if finish is not None and k == len(batches):
                         finish()
                 for ev in batch:  # after the commit: a sidecar never runs ahead of the ledger
                     written.add(ev.payload["iteration"])
                     write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
                           ("scores", src.id, ev.payload["iteration"], version, ev.extra["sidecar_sha256"]))
-                for (_, session_id, v), (data, sha) in sorted(projector.session_bytes.items()):
+                for (_, session_id, v), (data, sha) in sorted(committed.session_bytes.items()):
                     if v != version:
                         continue
                     write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written",
@@ -88,7 +84,7 @@ class ScoringPass:
         finally:
             if writer is not None and writer is not sync.writer:
                 writer.close()
-                report.add(sync.writes_report(*writer.take()))
+                report.add(sync.writes_outcome(*writer.take()))
         # the sidecars of the scores that stood (the ledger may hold them from an earlier
         # activation of this rubric, or a file was edited): still brought in line
         report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))
@@ -113,7 +109,7 @@ class ScoringPass:
             " OR p.seq IN (SELECT seq FROM imported_scores))", (self.ctx.rubric.version, previous, src.id))]
 
     def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
-                 report: Report) -> list[Event]:
+                 report: Outcome) -> list[Event]:
         """The ``score.computed`` events of the iterations whose inputs hash changed."""
         sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u ON u.seq = s.seq"
                " WHERE s.source = ? AND s.rubric_version = ?")

@@ -27,7 +27,7 @@ from ..store import db as store
 from ..store.events import upcast
 from ..store.projections import render_score_payload, session_document
 from .context import Context, read_state
-from .report import Report
+from .outcome import Outcome
 
 log = logging.getLogger("agentledger")
 AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
@@ -80,10 +80,10 @@ class SidecarSync:
         return read_state(conn or self.ctx.conn, "active_rubric") or self.ctx.rubric.version
 
     def sync(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-             skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Report:
+             skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Outcome:
         """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not
         those of the ledger's active rubric."""
-        report = Report()
+        report = Outcome()
         if not src.path.is_dir():
             report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
             return report
@@ -94,7 +94,7 @@ class SidecarSync:
             return self._sync(src, iterations, skip_iterations, skip_sessions, report)
 
     def _sync(self, src: IterationLogSource, iterations: list[int] | None, skip_iterations: Collection[int],
-              skip_sessions: Collection[str], report: Report) -> Report:
+              skip_sessions: Collection[str], report: Outcome) -> Outcome:
         conn, version = self.ctx.conn, self.active()
         filt, args = "", [src.id, version]
         if iterations is not None:
@@ -138,7 +138,7 @@ class SidecarSync:
                 report.sessions_written += self.write(src.path / r["sidecar"], data, report, fsync)
         return report
 
-    def write(self, path: Path, data: bytes, report: Report, fsync: bool) -> int:
+    def write(self, path: Path, data: bytes, report: Outcome, fsync: bool) -> int:
         """One write; the caller holds the gate (``sync``) or uses ``write_scored``.
         A refusal (a symlink at the target, a read-only directory, a full disk) is
         noted in ``report.unwritten`` and holds nothing else up."""
@@ -161,7 +161,7 @@ class SidecarSync:
         self.ctx.conn.execute("DELETE FROM sidecar_problems WHERE path = ?", (path,))
         self._problems().discard(path)
 
-    def failed(self, report: Report, path: str, reason: str) -> None:
+    def failed(self, report: Outcome, path: str, reason: str) -> None:
         """A sidecar that could not be written: a problem record (``agentledger
         quarantine``, ``status``), in ``report.unwritten`` when it is new, only counted
         when it was known already (the daemon says each problem once, not every scan)."""
@@ -174,14 +174,14 @@ class SidecarSync:
             "INSERT INTO sidecar_problems (path, reason, since) VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ'))"
             " ON CONFLICT (path) DO UPDATE SET reason = excluded.reason", (path, reason))
 
-    def writes_report(self, written: dict[str, int], failed: list[tuple[str, str]]) -> Report:
+    def writes_outcome(self, written: dict[str, int], failed: list[tuple[str, str]]) -> Outcome:
         """A writer thread's counts and failures as a report (failures recorded as problems)."""
-        report = Report(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"])
+        report = Outcome(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"])
         for path, reason in failed:
             self.failed(report, path, reason.removeprefix(f"{path}: "))
         return report
 
-    def write_scored(self, path: Path, data: bytes, report: Report, fsync: bool, version: str) -> int:
+    def write_scored(self, path: Path, data: bytes, report: Outcome, fsync: bool, version: str) -> int:
         """A sidecar just scored under ``version``: written under the gate, and only
         while ``version`` is the active rubric (another process may have activated
         another since; its backfill writes those)."""
@@ -204,9 +204,9 @@ class SidecarSync:
     def forget(self) -> None:
         self._swept.clear()
 
-    def collect_writes(self) -> Report:
+    def collect_writes(self) -> Outcome:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
-        return self.writes_report(*self.writer.take()) if self.writer is not None else Report()
+        return self.writes_outcome(*self.writer.take()) if self.writer is not None else Outcome()
 
     def still_current(self, key: tuple) -> bool:
         """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still

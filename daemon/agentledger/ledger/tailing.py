@@ -16,10 +16,11 @@ from pathlib import Path
 from ..config import VallySource
 from ..store import db as store
 from ..store.events import Event
+from ..store.log import TailCheckpoint
 from ..store.projections import PreparedTrials
 from . import commit
 from .context import Context
-from .report import Report
+from .outcome import Outcome
 
 # A backlog of at least this many bytes reports its progress (when someone listens).
 SHOWN_BACKLOG = 8 << 20
@@ -45,29 +46,29 @@ class Tailing:
         show = self.progress
         return lambda offset: show(min(offset - start, total), total, f"reading {path.name}")
 
-    def vally(self, src: VallySource) -> Report:
+    def vally(self, src: VallySource) -> Outcome:
         """Tail every results/run-summary file under ``src`` from its stored position."""
-        from ..sources import vally
+        from ..sources.vally import events as vally
 
         if not src.path.is_dir():
-            return Report(errors=[f"{src.path}: vally directory does not exist"])
+            return Outcome(errors=[f"{src.path}: vally directory does not exist"])
         wanted = {d for s in self.ctx.cfg.iteration_logs for d in s.vally_transcripts}
         if src.path in wanted:
             return self._tail(src.id, src.path, vally.discover(src.path),
                               vally.events_for_with_trajectories, mode="jsonl+turns", kind="vally")
         return self._tail(src.id, src.path, vally.discover(src.path), vally.events_for, kind="vally")
 
-    def transcripts(self, directory: Path) -> Report:
+    def transcripts(self, directory: Path) -> Outcome:
         """Tail the ``*.jsonl`` transcripts directly in ``directory`` (a missing one is skipped)."""
-        from ..sources import transcripts
+        from ..sources.transcripts import events as transcripts
 
         if not directory.is_dir():
-            return Report()
+            return Outcome()
         return self._tail(str(directory), directory, transcripts.discover(directory),
                           transcripts.events_for, complete=transcripts.complete_line, kind="transcript")
 
     def _tail(self, source: str, root: Path, rels: list[str], events_for, mode: str = "jsonl",
-              complete: Callable[[bytes], bool] | None = None, kind: str = "vally") -> Report:
+              complete: Callable[[bytes], bool] | None = None, kind: str = "vally") -> Outcome:
         """Tail ``rels`` under ``root``. ``mode`` is recorded with each file's position:
         a file last read in another mode (e.g. before its trajectories were opted in)
         is read again from the start; idempotency keys keep the old events unique.
@@ -75,7 +76,7 @@ class Tailing:
         A file that resolves outside ``root`` is quarantined by name, never read."""
         from ..sources import confine, jsonl
 
-        report = Report()
+        report = Outcome()
         for rel in rels:
             try:
                 path = confine.resolve_within(root / rel, root)
@@ -106,21 +107,20 @@ class Tailing:
                 report.errors.append(f"{root / rel}: {exc.strerror or exc}")
         return report
 
-    def _refuse(self, source: str, root: Path, rel: str, reason: str, kind: str, report: Report) -> None:
+    def _refuse(self, source: str, root: Path, rel: str, reason: str, kind: str, report: Outcome) -> None:
         """One quarantine record for a link that leads outside the tree (again only
         once the link itself changes)."""
-        from ..sources.vally import _quarantine
+        from ..sources.vally.events import _quarantine
 
         try:
             st = os.lstat(root / rel)
             tag = f"outside-{st.st_ino}-{st.st_mtime_ns}"
         except OSError:
             tag = "outside"
-        with commit.transaction(self.ctx) as projector:
-            commit.record(self.ctx, [_quarantine(source, rel, 0, 0, tag, reason, kind)], projector, report,
-                          root / rel)
+        with commit.transaction(self.ctx) as batch:
+            commit.record(batch, [_quarantine(source, rel, 0, 0, tag, reason, kind)], report, root / rel)
 
-    def _in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Report, mode: str,
+    def _in_parallel(self, source: str, path: Path, rel: str, pos, events_for, report: Outcome, mode: str,
                      shown: Callable[[int], None] | None = None):
         """A large backlog (a results file copied in whole, a first ingest) is parsed by
         the worker processes in line-aligned chunks while this process commits them in
@@ -175,20 +175,18 @@ class Tailing:
             commit_one(held)
         return moved
 
-    def _commit(self, source: str, rel: str, batch, events: list[Event] | PreparedTrials, report: Report,
+    def _commit(self, source: str, rel: str, batch, events: list[Event] | PreparedTrials, report: Outcome,
                 mode: str = "jsonl") -> None:
         """The events of one batch (or a worker's prepared form of them) and the position
         after it: one transaction (exactly once)."""
         if not events and batch.end.offset == 0 and batch.reset is None and batch.reopened is None:
             return
-        with commit.transaction(self.ctx) as projector:
+        checkpoint = TailCheckpoint(source, rel, mode, batch.stat, batch.end)
+        with commit.transaction(self.ctx) as log_batch:
             if isinstance(events, PreparedTrials):
-                n, last = events.record(self.ctx.conn, projector)
-                report.events += n
+                report.events += log_batch.append_prepared(events, checkpoint=checkpoint)
             else:
-                projector.prefetch_trials(events)
-                last = commit.record(self.ctx, events, projector, report, rel)
-            commit.tail_checkpoint(self.ctx, source, rel, mode, batch, last)
+                commit.record(log_batch, events, report, rel, checkpoint=checkpoint)
         report.files_read += 1
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..golang.fmt import format_float
-from ..golang.yamlv3.emit import dump, format_scalar
+from ..reference.fmt import format_float
+from ..reference.yamlv3.emit import dump, format_scalar
 from ..process import lifetime
 from ..scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
 

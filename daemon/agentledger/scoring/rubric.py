@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
+from ..errors import UsageError
 from ..paths import schema_dir
 
 
@@ -40,7 +41,7 @@ class Rubric:
         return tuple(s.id for s in self.signals)
 
 
-class UnknownRubric(KeyError):
+class UnknownRubric(UsageError, KeyError):
     def __str__(self) -> str:  # a KeyError prints its repr; this is a message for people
         return str(self.args[0]) if self.args else "unknown rubric"
 

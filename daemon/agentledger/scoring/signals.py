@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..golang.fmt import fixed, go_quote, short
+from ..reference.fmt import fixed, go_quote, short
 from ..model import Labels
 from .inputs import ScoringInputs
 

@@ -38,9 +38,10 @@ import structlog
 import watchfiles
 
 from ..config import Config
-from ..ledger import Ledger, Report
+from ..errors import AgentledgerError
+from ..ledger import Ledger, Outcome
 from ..output.sidecars import is_temp_name
-from ..sources import vally
+from .backoff import backoff
 from .checkpointer import Checkpointer
 from .notify import Notifier
 
@@ -74,7 +75,7 @@ def load_checked(load: Callable[[], Config]) -> Config | None:
     return cfg
 
 
-class AlreadyRunning(RuntimeError):
+class AlreadyRunning(AgentledgerError):
     """Another ``agentledger run`` holds this ledger."""
 
 
@@ -206,7 +207,7 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
-        paths = watch_paths(self.cfg)
+        paths = self.ledger.watch_paths()
         tick = 1000
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
@@ -232,12 +233,12 @@ class Daemon:
                     self.retry_at = None
                     self.requests.put("reconcile")
                 if self._drain():  # the watched paths changed (config reload)
-                    paths = watch_paths(self.cfg)
+                    paths = self.ledger.watch_paths()
                     break
                 if self.stop.is_set():
                     return
 
-    def _guard(self, what: str, fn: Callable[[], Report | None]) -> None:
+    def _guard(self, what: str, fn: Callable[[], Outcome | None]) -> None:
         """Never let one failing step end the service (a full disk, a read-only or
         locked store, a vanished directory): log it and retry with a reconcile after
         an exponential backoff (0.5 s doubling to 60 s). Nothing is lost meanwhile:
@@ -247,7 +248,7 @@ class Daemon:
             if report is not None and self.ledger is not None:
                 report.add(self.ledger.collect_writes())  # sidecars that landed since the last step
             if report is not None:
-                log_report(what, report)
+                log_outcome(what, report)
                 if report.events and self.shipping is not None:
                     self.shipping.nudge()  # new events: to the team ledger now, not at the next poll
             if self.failures:
@@ -289,7 +290,7 @@ class Daemon:
                 continue
             self.notifier.send(f"STATUS={self._status()}")
 
-    def _reload(self) -> Report | None:
+    def _reload(self) -> Outcome | None:
         cfg = load_checked(self.load_config)
         if cfg is None:
             return None
@@ -313,41 +314,9 @@ class Daemon:
         return report
 
     # -- change sets are hints --------------------------------------------------------------
-    def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Report:
-        led = self.ledger
-        assert led is not None
-        report = Report()
-        paths = [Path(p) for _, p in changes]
-        touched_logs = []
-        for src in self.cfg.iteration_logs:
-            names = {p.name for p in paths if p.parent == src.path}
-            repo_rels = {str(p.relative_to(src.repo)) for p in paths
-                         if _under(p, src.repo / ".agents") and not _under(p, src.path)}
-            transcripts = [d for d in src.transcripts if any(p.parent == d for p in paths)]
-            trajectories = [d for d in src.vally_transcripts if any(_under(p, d) for p in paths)]
-            if not (names or repo_rels or transcripts or trajectories):
-                continue
-            touched_logs.append(src)
-            if names or repo_rels:
-                report.add(led.ingest_hint(src, names, repo_rels))
-            for d in transcripts:
-                report.add(led.ingest_transcripts(d))
-        for vsrc in self.cfg.vally:
-            if any(_under(p, vsrc.path) and p.name in vally.FILES for p in paths):
-                report.add(led.ingest_vally(vsrc))
-        for d in {d for s in self.cfg.iteration_logs for d in s.vally_transcripts}:
-            if any(_under(p, d) for p in paths) and d not in {v.path for v in self.cfg.vally}:
-                from ..config import VallySource
-
-                report.add(led.ingest_vally(VallySource(d)))
-        for asrc in self.cfg.annotations:
-            # whole files: a partial save is superseded by the event of the save that completes it
-            rels = [str(p.relative_to(asrc.path)) for p in paths if _under(p, asrc.path) and p.suffix == ".md"]
-            if rels:
-                report.add(led.ingest_annotations(asrc, rels))
-        for src in touched_logs:
-            report.add(led.rescore(src))
-        return report
+    def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Outcome:
+        assert self.ledger is not None
+        return self.ledger.ingest_paths(Path(p) for _, p in changes)
 
     # -- telling people what is going on ---------------------------------------------------------
     def _status(self) -> str:
@@ -360,17 +329,7 @@ class Daemon:
         return f"{n} iterations, rubric {led.rubric.version}, {q} quarantined"
 
 
-def watch_paths(cfg: Config) -> list[Path]:
-    out: list[Path] = []
-    for src in cfg.iteration_logs:
-        out += [src.path, *src.transcripts, *src.vally_transcripts]
-        out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
-    out += [v.path for v in cfg.vally]
-    out += [a.path for a in cfg.annotations]
-    return [p for p in dict.fromkeys(out) if p.is_dir()]
-
-
-def log_report(what: str, r: Report) -> None:
+def log_outcome(what: str, r: Outcome) -> None:
     if r.events or r.scored or r.sidecars_written or r.errors:
         log.info(what, events=r.events, scored=r.scored, sidecars=r.sidecars_written,
                  sessions=r.sessions_written, quarantined=r.quarantined)
@@ -390,21 +349,8 @@ def log_limits(cfg: Config) -> None:
     log.info("starting", inotify=limits, force_polling=cfg.daemon.force_polling, pid=os.getpid())
 
 
-def backoff(failures: int) -> float:
-    """Seconds to wait after the ``failures``-th failure in a row: 0.5 s doubling to 60 s."""
-    return min(60.0, 0.5 * 2 ** (failures - 1))
-
-
-def _under(p: Path, root: Path) -> bool:
-    try:
-        p.relative_to(root)
-        return True
-    except ValueError:
-        return False
-
-
-def _sum(reports) -> Report:
-    total = Report()
+def _sum(reports) -> Outcome:
+    total = Outcome()
     for r in reports:
         total.add(r)
     return total

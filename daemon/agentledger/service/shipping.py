@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import structlog
 
 from ..config import Config, ShipDestination
-from .daemon import backoff  # the daemon imports this module only once it runs, so no cycle
+from .backoff import backoff
 
 log = structlog.get_logger("agentledger.ship")
 BATCHES_PER_TURN = 20  # then look at the stop flag and the other destinations again

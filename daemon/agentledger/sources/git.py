@@ -28,6 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ..errors import AgentledgerError
 from ..scoring.inputs import LandedFacts
 
 _ENV_OVERRIDES = {
@@ -41,8 +42,8 @@ _HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
-class GitError(RuntimeError):
-    pass
+class GitError(AgentledgerError):
+    """git refused or failed: its own words, one line."""
 
 
 def _env() -> dict[str, str]:

@@ -16,13 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import AgentledgerError
+
 MIN_SQLITE = (3, 37, 0)  # STRICT tables
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 16384
 
 
-class StoreError(RuntimeError):
-    pass
+class StoreError(AgentledgerError):
+    """The ledger cannot be opened or written (locked, newer, not a ledger)."""
 
 
 def _check_version() -> None:

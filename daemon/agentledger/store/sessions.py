@@ -1,4 +1,4 @@
-"""Session aggregates: each (source, session, rubric)'s summary of its iterations'
+"""The session family: each (source, session, rubric)'s summary of its iterations'
 scores, recomputed once per transaction for the sessions an event touched, and the
 session sidecar bytes it stands for."""
 
@@ -6,22 +6,36 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 from ..output import sidecars
 from ..scoring import rubric as rubrics
-from .events import canonical_json
+from .events import Event, canonical_json
 
 
 def real(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-class SessionProjection:
-    """``Projector``'s session bookkeeping (its state lives in ``Projector.__init__``)."""
+class SessionFamily:
+    """Session aggregates. Other families mark a session dirty when an iteration's
+    record or score changes (``mark``); ``flush`` recomputes each dirty one once per
+    transaction and keeps the sidecar bytes it rendered (``session_bytes``) for the
+    writer."""
 
-    conn: sqlite3.Connection
+    tables = ("sessions",)
 
-    def _mark_sessions_of(self, source: str, iteration: int, version: str | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.dirty: set[tuple[str, str, str]] = set()  # (source, session, rubric)
+        # (bytes, sha256) of each session sidecar rendered by recompute: the writer reuses both
+        self.session_bytes: dict[tuple[str, str, str], tuple[bytes, str]] = {}
+
+    def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
+        return {}  # moved by the iteration and score families, through ``mark``
+
+    def mark(self, source: str, iteration: int, version: str | None = None) -> None:
         """Mark the iteration's session for recompute: under ``version`` (a new score
         changes only its own rubric's summary), or under every rubric it has a score
         in (its record changed, and with it maybe its session)."""
@@ -30,34 +44,36 @@ class SessionProjection:
         if row is None or not row[0]:
             return
         if version is not None:
-            self.dirty_sessions.add((source, row[0], version))
+            self.dirty.add((source, row[0], version))
             return
         for (version,) in self.conn.execute(
                 "SELECT DISTINCT rubric_version FROM scores WHERE source = ? AND iteration = ?",
                 (source, iteration)):
-            self.dirty_sessions.add((source, row[0], version))
+            self.dirty.add((source, row[0], version))
+
+    def flush(self) -> None:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for source, session_id, version in sorted(self.dirty):
+            groups.setdefault((source, version), []).append(session_id)
+        for (source, version), ids in groups.items():
+            self._recompute(source, version, ids)
+        self.dirty.clear()
 
     # -- sessions -------------------------------------------------------------------
-    def _recompute_sessions(self, source: str, version: str, ids: list[str]) -> set[tuple[str, str, str]]:
+    def _recompute(self, source: str, version: str, ids: list[str]) -> None:
         """Re-derive sessions of one source and rubric (three statements, however
-        many sessions: a transcript line can touch a hundred of them); returns the
-        keys whose row changed."""
+        many sessions: a transcript line can touch a hundred of them)."""
         wanted = canonical_json(ids)
-        old = {r[0]: (r[1], r[2]) for r in self.conn.execute(
-            "SELECT session_id, sidecar_sha256, iterations FROM sessions WHERE source = ? AND rubric_version = ?"
-            " AND session_id IN (SELECT value FROM json_each(?))", (source, version, wanted))}
         rows: dict[str, list] = {}
         for r in self.conn.execute(
                 _SESSION_ROWS + " AND i.session_id IN (SELECT value FROM json_each(?)) ORDER BY i.session_id,"
                 " i.iteration", (version, source, wanted)):
             rows.setdefault(r[0], []).append(r)
-        changed, gone, upserts = set(), [], []
+        gone, upserts = [], []
         band_of = rubrics.load(version).band
         for session_id in ids:
-            if session_id not in rows:
-                if session_id in old:
-                    gone.append((source, session_id, version))
-                    changed.add((source, session_id, version))
+            if session_id not in rows:  # its last iteration left it (a no-op when it never had a row)
+                gone.append((source, session_id, version))
                 continue
             entries, scored, value, band = _summarize(rows[session_id], band_of)
             name = sha = None
@@ -68,13 +84,10 @@ class SessionProjection:
                 self.session_bytes[(source, session_id, version)] = (data, sha)
             iters = canonical_json([e.iteration for e in entries])
             upserts.append((source, session_id, version, iters, int(scored), real(value), band, name, sha))
-            if old.get(session_id) != (sha, iters):
-                changed.add((source, session_id, version))
         self.conn.executemany("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?", gone)
         self.conn.executemany(
             "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
             " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)", upserts)
-        return changed
 
 
 _SESSION_ROWS = ("SELECT i.session_id, i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"

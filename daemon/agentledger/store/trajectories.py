@@ -1,10 +1,11 @@
-"""The projection of annotated trajectories: one ``annotation.recorded`` event →
+"""The trajectory family: annotated trajectories, one ``annotation.recorded`` event →
 rows in the ``trajectory_*`` tables (lines, hypotheses, delegations, resources,
 sections, fields, vocabulary terms)."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ..model import is_int64
@@ -14,19 +15,29 @@ ANNOTATION_TABLES = ("trajectories", "trajectory_lines", "trajectory_hypotheses"
                      "trajectory_resources", "trajectory_sections", "trajectory_fields", "trajectory_terms")
 
 
-class TrajectoryProjection:
-    """``Projector``'s handlers for annotation events."""
+class TrajectoryFamily:
+    tables = ANNOTATION_TABLES
 
-    conn: sqlite3.Connection
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
-    # -- annotated trajectories ---------------------------------------------------------
+    def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
+        return {"annotation.recorded": self._annotation_recorded, "file.removed": self._file_removed}
+
+    def flush(self) -> None:
+        pass
+
     def _forget_annotation(self, source: str, path: str) -> None:
         for table in ANNOTATION_TABLES:
             self.conn.execute(f"DELETE FROM {table} WHERE source = ? AND path = ?", (source, path))
 
+    def _file_removed(self, ev: Event, p: dict[str, Any]) -> None:
+        if p["kind"] == "annotation":
+            self._forget_annotation(ev.source, p["file"])
+
     def _annotation_recorded(self, ev: Event, p: dict[str, Any]) -> None:
-        from ..sources.annotation_model import COMPUTED_FIELDS, KNOWN_FIELDS, V3_FIELDS
-        from ..sources.annotations import normalise_term
+        from ..sources.annotations.model import COMPUTED_FIELDS, KNOWN_FIELDS, V3_FIELDS
+        from ..sources.annotations.events import normalise_term
 
         src, path, d = ev.source, p["path"], p["document"]
         self._forget_annotation(src, path)
@@ -90,6 +101,3 @@ class TrajectoryProjection:
         self.conn.executemany(
             "INSERT INTO trajectory_terms (source, path, vocabulary, term) VALUES (?,?,?,?)",
             [(src, path, v, t) for v, t in sorted(terms)])
-        # This content supersedes any earlier quarantine of the file (an off-format
-        # content is quarantined again by the event that follows this one).
-        self._resolve_quarantine(src, path, ev.seq)  # type: ignore[arg-type]

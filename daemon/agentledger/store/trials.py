@@ -1,19 +1,16 @@
-"""The projection of vally runs and trials: ``trial.completed`` and ``run.summarized``
+"""The trial family: vally runs and trials, ``trial.completed`` and ``run.summarized``
 events → the ``runs`` and ``trials`` tables, with run counters moved by each trial's
 delta, and the prepared form of a bulk batch that parsing workers hand the writer."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .events import Event, append_rows, canonical_json
 from .events import row as event_row
-
-if TYPE_CHECKING:
-    from .projections import Projector
 
 
 def _shown(text: str) -> str:
@@ -56,26 +53,45 @@ class PreparedTrials:
             items.append((event_row(ev), trial_row(ev.source, ev.payload), ev.payload["trial"]["experiment"]))
         return cls(items)
 
-    def record(self, conn: sqlite3.Connection, projector: Projector) -> tuple[int, int | None]:
+    def record(self, conn: sqlite3.Connection, trials: TrialFamily) -> tuple[int, int | None]:
         """Append the new events and project them (inside the caller's transaction):
         how many were new, and the last one's ``seq``."""
         items = self.items
-        projector.prefetch_trial_keys(item[1][:3] for item in items)
+        trials.prefetch_keys(item[1][:3] for item in items)
         last = None
         new = append_rows(conn, [item[0] for item in items])
         for i, seq in new:
             _, row, experiment = items[i]
-            projector.trial(row, experiment, seq)
+            trials.trial(row, experiment, seq)
             last = seq
         return len(new), last
 
 
-class TrialProjection:
-    """``Projector``'s handlers for vally events (its state lives in ``Projector.__init__``)."""
+class TrialFamily:
+    """Vally runs and trials. Trial rows are buffered and written once per flush;
+    each trial's (passed, error) as of the events applied so far is kept (None: not
+    stored), so a run's counters move by each trial's delta without a lookup."""
 
-    conn: sqlite3.Connection
+    tables = ("runs", "trials")
 
-    # -- vally ------------------------------------------------------------------------
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.run_deltas: dict[tuple[str, str], list[int]] = {}  # (source, run_dir) -> [trials, passed, errors, seq]
+        self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
+        self._trial_rows: dict[tuple[str, str, str], tuple] = {}
+        self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
+
+    def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
+        return {"trial.completed": self._trial_completed, "run.summarized": self._run_summarized}
+
+    def flush(self) -> None:
+        self._flush_trials()
+        for (source, run_dir), (n, passed, errors, seq) in sorted(self.run_deltas.items()):
+            self.conn.execute(
+                "UPDATE runs SET trials = trials + ?, passed = passed + ?, errors = errors + ?,"
+                " seq = max(seq, ?) WHERE source = ? AND run_dir = ?", (n, passed, errors, seq, source, run_dir))
+        self.run_deltas.clear()
+
     def _ensure_run(self, source: str, run_dir: str, run_id: str, kind: str, experiment: str,
                     variant: str, seq: int) -> None:
         key, facts = (source, run_dir), (run_id, kind, experiment, variant)
@@ -94,8 +110,6 @@ class TrialProjection:
 
     def _trial_completed(self, ev: Event, p: dict[str, Any]) -> None:
         self.trial(trial_row(ev.source, p), p["trial"]["experiment"], ev.seq)  # type: ignore[arg-type]
-        if p.get("facts"):
-            self._transcript_turns(ev, p)
 
     def trial(self, row: tuple, experiment: str, seq: int) -> None:
         """One reported trial (``trial_row``, without its ``seq``): the run, the trial's
@@ -120,12 +134,12 @@ class TrialProjection:
         d[2] += new[1] - (old[1] if old else 0)
         d[3] = max(d[3], seq or 0)
 
-    def prefetch_trials(self, events: list[Event]) -> None:
-        """``prefetch_trial_keys`` for the trials ``events`` report."""
-        self.prefetch_trial_keys((ev.source, ev.payload["run_dir"], ev.payload["trial"]["item_id"])
+    def prefetch(self, events: list[Event]) -> None:
+        """``prefetch_keys`` for the trials ``events`` report."""
+        self.prefetch_keys((ev.source, ev.payload["run_dir"], ev.payload["trial"]["item_id"])
                                  for ev in events if ev.type == "trial.completed")
 
-    def prefetch_trial_keys(self, keys: Iterable[tuple[str, str, str]]) -> None:
+    def prefetch_keys(self, keys: Iterable[tuple[str, str, str]]) -> None:
         """Load the stored (passed, error) state of the trials ``keys`` name (source,
         run_dir, item_id), one query per run directory, so ``trial`` needs no lookup
         per trial."""

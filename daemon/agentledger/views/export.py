@@ -16,6 +16,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import IO
 
+from ..errors import AgentledgerError
+
 EXPORT_FORMAT = 1
 EVENT_COLUMNS = ("seq", "type", "schema_version", "stream", "source", "idempotency_key", "content_hash",
                  "occurred_at", "recorded_at", "source_path", "source_position")
@@ -60,8 +62,8 @@ def write_scores_csv(conn: sqlite3.Connection, out: IO[str], *, rubric: str | No
     return n
 
 
-class ImportError_(ValueError):
-    pass
+class ImportRefused(AgentledgerError, ValueError):
+    """An export line this ledger will not take (nothing of the import is kept)."""
 
 
 def _payload_text(line: str, payload: object) -> str:
@@ -84,52 +86,40 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
     leaves the ledger as it was. ``progress(read, total)`` hears after each batch
     (``total``: the lines, when the caller counted them)."""
     from ..scoring.combine import inconsistency
-    from ..store.db import write_transaction
-    from ..store.events import CURRENT, Event, append_many, upcast
-    from ..store.projections import Projector
+    from ..store.events import CURRENT, Event, upcast
+    from ..store.log import EventLog
 
     read = new = 0
     pending: list[Event] = []
-    own = conn.execute("SELECT ledger_id FROM ledger_identity").fetchone()[0]
 
     def flush() -> int:
-        """Append and project a batch, inside the import's one transaction."""
+        """Append and project a chunk, inside the import's one transaction (its origins
+        kept; its scores marked as not computed here)."""
         if not pending:
             return 0
-        projector = Projector(conn)
-        projector.prefetch_trials(pending)
-        fresh = append_many(conn, pending)
-        conn.executemany("INSERT INTO event_origins (seq, origin, origin_seq) VALUES (?, ?, ?)",
-                         [(ev.seq, ev.extra["origin"], ev.extra["origin_seq"]) for ev in fresh
-                          if ev.extra.get("origin") not in (None, own)])
-        # whatever ledger an export names, its scores were not computed here: none is
-        # written to a sidecar before this ledger has scored that iteration itself
-        conn.executemany("INSERT OR IGNORE INTO imported_scores (seq) VALUES (?)",
-                         [(ev.seq,) for ev in fresh if ev.type == "score.computed"])
-        for ev in fresh:
-            projector.apply(ev)
-        projector.flush()
+        fresh = into.append(pending, imported=True)
+        into.flush()
         pending.clear()
         return len(fresh)
 
-    with write_transaction(conn):
+    with EventLog(conn).batch() as into:
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
                 if obj.get("format") != EXPORT_FORMAT:
-                    raise ImportError_(f"line {n}: not an agentledger event export"
+                    raise ImportRefused(f"line {n}: not an agentledger event export"
                                        f" (format {obj.get('format')!r})")
                 if obj["type"] not in CURRENT:
-                    raise ImportError_(f"line {n}: event type {obj['type']!r} is unknown to this version")
+                    raise ImportRefused(f"line {n}: event type {obj['type']!r} is unknown to this version")
                 stored = _payload_text(line, obj["payload"])
                 origin_seq = obj.get("origin_seq")
                 if origin_seq is not None and (type(origin_seq) is not int or origin_seq < 1):
                     raise ValueError(f"origin_seq must be a positive integer, not {origin_seq!r}")
                 payload = upcast(obj["type"], obj["schema_version"], obj["payload"])
                 if obj["type"] == "score.computed" and (why := inconsistency(payload)) is not None:
-                    raise ImportError_(f"line {n}: score.computed {obj['idempotency_key']!r} (iteration"
+                    raise ImportRefused(f"line {n}: score.computed {obj['idempotency_key']!r} (iteration"
                                        f" {payload.get('iteration')}) refused: {why}; nothing was imported")
                 ev = Event(obj["type"], obj["stream"], obj["source"], obj["idempotency_key"], payload,
                            content_hash=obj["content_hash"], source_path=obj.get("source_path"),
@@ -137,9 +127,9 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
                            schema_version=obj["schema_version"], recorded_at=obj["recorded_at"],
                            extra={"json": stored, "origin": obj.get("ledger"), "origin_seq": origin_seq})
             except (KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, ImportError_):
+                if isinstance(exc, ImportRefused):
                     raise
-                raise ImportError_(f"line {n}: {type(exc).__name__}: {exc}") from None
+                raise ImportRefused(f"line {n}: {type(exc).__name__}: {exc}") from None
             pending.append(ev)
             read += 1
             if len(pending) >= batch:

@@ -40,7 +40,7 @@ class Data:
     rubric: str = ""
     session: str | None = None
     since: str | None = None
-    # the team report (central/report.py): per machine / per repository, (name, Summary, band counts)
+    # the team report (central/team_report.py): per machine / per repository, (name, Summary, band counts)
     groups: dict[str, list[tuple]] = field(default_factory=dict)
 
 

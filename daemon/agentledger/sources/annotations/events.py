@@ -2,7 +2,7 @@
 
 A whole file is one observation (they are written in one go): its bytes are
 hashed, and a new hash becomes one ``annotation.recorded`` event carrying the
-parsed document (``annotation_parse``), or a ``source.quarantined`` event when
+parsed document (``parse``), or a ``source.quarantined`` event when
 the file cannot be read as an annotation at all. An off-format file (no front
 matter, or no ``taskId``) is recorded — its sections and raw front matter are
 still queryable — *and* quarantined with the reason, so it shows up in
@@ -18,8 +18,8 @@ import os
 import re
 from pathlib import Path
 
-from ..store.events import Event
-from . import confine
+from ...store.events import Event
+from .. import confine
 
 log = logging.getLogger("agentledger")
 KIND = "annotation"
@@ -50,7 +50,7 @@ def events_for(source: str, rel: str, data: bytes, previous: str | None, sha: st
     """The events one new content of ``rel`` stands for ([] when it is not a trajectory).
     ``previous`` (the last content hash) is part of the keys, so a file that returns to
     an earlier content is recorded again."""
-    from . import annotation_parse as P
+    from . import parse as P
 
     sha = sha or hashlib.sha256(data).hexdigest()  # the caller has usually hashed it already
     stream = f"{source}:{rel}"

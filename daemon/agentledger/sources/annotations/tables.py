@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .annotation_model import HYPOTHESIS_OUTCOMES, Hypothesis, Problem, Section, as_number
+from .model import HYPOTHESIS_OUTCOMES, Hypothesis, Problem, Section, as_number
 
 MAX_SPAN = 10_000  # a wider "iter a-b" range is not taken as iterations
 _HID = re.compile(r"^H\d+[a-z]?$")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ..golang.yamlv3.decode import Decoder, YamlError, load_document
-from ..model import HookOutcomes, HookRecord, Judgement, Label, Labels
+from ...reference.yamlv3.decode import Decoder, YamlError, load_document
+from ...model import HookOutcomes, HookRecord, Judgement, Label, Labels
 
 _HOOK_FIELDS = ("intervention_class", "result", "rule_id", "correlation_id")
 
@@ -40,7 +40,7 @@ _ZERO_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 
 
 def _q(s: str) -> str:
-    from ..golang.fmt import go_quote
+    from ...reference.fmt import go_quote
 
     return go_quote(s)
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..errors import AgentledgerError
+
 BATCH = 1000  # events or sidecars per transaction in bulk work
 Progress = Callable[[int, int], None]  # (done, total)
 
 
-class SourceError(RuntimeError):
+class SourceError(AgentledgerError):
     """A source that cannot be scored right now (e.g. its repo is not a git work tree)."""
 
 
 @dataclass
-class Report:
+class Outcome:
     events: int = 0
     quarantined: int = 0
     files_read: int = 0
@@ -29,7 +31,7 @@ class Report:
     unwritten: dict[str, str] = field(default_factory=dict)
     still_unwritten: set[str] = field(default_factory=set)  # paths; those also in ``unwritten`` are said there
 
-    def add(self, other: Report) -> Report:
+    def add(self, other: Outcome) -> Outcome:
         for k in ("events", "quarantined", "files_read", "scored", "unchanged",
                   "sidecars_written", "sessions_written"):
             setattr(self, k, getattr(self, k) + getattr(other, k))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import posixpath
 
-from ..golang.yamlv3.decode import Decoder, YamlError, load_document
-from ..model import Artifact
+from ...reference.yamlv3.decode import Decoder, YamlError, load_document
+from ...model import Artifact
 
 VERIFIER_RESULT, REVIEW_DECISION, TASKS = "verifier_result", "review_decision", "tasks"
 

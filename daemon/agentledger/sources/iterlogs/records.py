@@ -10,18 +10,8 @@ from __future__ import annotations
 
 from yaml.nodes import Node
 
-from ..golang.yamlv3.decode import Decoder, YamlError, load_document
-from ..model import (
-    Agent,
-    Impl,
-    LinkedTrace,
-    Record,
-    Review,
-    SelfAssessment,
-    SessionTokens,
-    TestByKind,
-    Verifier,
-)
+from ...reference.yamlv3.decode import Decoder, YamlError, load_document
+from ...model import Agent, Impl, LinkedTrace, Record, Review, SelfAssessment, SessionTokens, TestByKind, Verifier
 
 _BOOL_FLAGS = (
     "read_loop_state",

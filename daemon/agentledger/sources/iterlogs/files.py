@@ -23,16 +23,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import IterationLogSource
-from ..golang.fmt import go_quote
-from ..golang.yamlv3.decode import YamlError
-from ..model import HookOutcomes, Labels, to_jsonable
-from ..output.sidecars import is_temp_name, unsafe_session_id
-from ..store.events import Event, content_hash
-from . import artifacts_parse as A
-from . import confine
-from .iterlog_parse import parse_historical, parse_record
-from .sidefiles_parse import parse_hook_outcomes, parse_labels
+from ...config import IterationLogSource
+from ...reference.fmt import go_quote
+from ...reference.yamlv3.decode import YamlError
+from ...model import HookOutcomes, Labels, to_jsonable
+from ...output.sidecars import is_temp_name, unsafe_session_id
+from ...store.events import Event, content_hash
+from . import artifacts as A
+from .. import confine
+from .records import parse_historical, parse_record
+from .sidefiles import parse_hook_outcomes, parse_labels
 
 RECORD, HISTORICAL, HOOK, LABELS, MISNAMED = "record", "historical", "hook_outcomes", "labels", "misnamed"
 LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)

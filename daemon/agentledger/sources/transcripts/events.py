@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..store.events import Event
-from .jsonl import Batch, Line, Oversize
-from .jsonl import reset_event as _reset
+from ...store.events import Event
+from ..jsonl import Batch, Line, Oversize
+from ..jsonl import reset_event as _reset
 
 
 def discover(root: Path) -> list[str]:
@@ -50,8 +50,8 @@ def complete_line(data: bytes) -> bool:
 
 
 def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> list[Event]:
-    from .transcript_parse import Invalid, fact
-    from .vally import _quarantine
+    from .parse import Invalid, fact
+    from ..vally.events import _quarantine
 
     out: list[Event] = []
     if batch.reset and previous is not None:

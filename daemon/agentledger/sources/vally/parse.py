@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..model import INT64_MAX, INT64_MIN, is_int64
+from ...model import INT64_MAX, INT64_MIN, is_int64
 
 _TRIAL_N = re.compile(r"::trial-(\d+)$")
 
@@ -176,7 +176,7 @@ def _trial(r: AnyLine) -> dict[str, Any]:
 def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
     """Turn facts from a trial's trajectory (the opt-in third transcript kind):
     ``token_usage`` events are turns with tokens, ``tool_result`` events tool results."""
-    from .transcript_parse import parse_go_time
+    from ..transcripts.parse import parse_go_time
 
     r = AnyLine.model_validate_json(data)
     if r.trajectory is None:

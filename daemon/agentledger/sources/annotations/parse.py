@@ -19,23 +19,9 @@ import math
 import re
 from typing import Any
 
-from ..model import is_int64
-from .annotation_model import (
-    ASCII_MARKERS,
-    CANONICAL_MARKERS,
-    COMPUTED_FIELDS,
-    REQUIRED_FIELDS,
-    V3_FIELDS,
-    Annotation,
-    BadAnnotation,
-    FlowLine,
-    Problem,
-    Section,
-    as_number,
-    derive,
-    verdict_findings,
-)
-from .annotation_tables import MAX_SPAN, read_delegations, read_hypotheses, read_resources
+from ...model import is_int64
+from .model import ASCII_MARKERS, CANONICAL_MARKERS, COMPUTED_FIELDS, REQUIRED_FIELDS, V3_FIELDS, Annotation, BadAnnotation, FlowLine, Problem, Section, as_number, derive, verdict_findings
+from .tables import MAX_SPAN, read_delegations, read_hypotheses, read_resources
 
 MAX_NODES = 100_000  # values in a front matter, aliases expanded
 
@@ -86,7 +72,7 @@ def _front_matter(lines: list[str]) -> tuple[dict[str, Any] | None, str | None, 
     raw = "\n".join(lines[1:end])
     import yaml
 
-    from ..golang.yamlv3.decode import YamlError, check_nesting
+    from ...reference.yamlv3.decode import YamlError, check_nesting
 
     try:
         check_nesting(raw)  # libyaml recurses per level: refuse what would exhaust the C stack

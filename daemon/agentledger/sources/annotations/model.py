@@ -1,7 +1,7 @@
 """The annotated-trajectory format's vocabulary and document model: the fields a
 front matter declares, outcome markers, the parsed document, and the fields derived
 from its control flow and hypothesis log (never trusted from the declaration).
-``annotation_parse`` reads text into these."""
+``parse`` reads text into these."""
 
 from __future__ import annotations
 

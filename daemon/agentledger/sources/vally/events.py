@@ -14,9 +14,9 @@ import logging
 import os
 from pathlib import Path
 
-from ..store.events import Event
-from . import confine
-from .jsonl import Batch, Line, Oversize, reset_event
+from ...store.events import Event
+from .. import confine
+from ..jsonl import Batch, Line, Oversize, reset_event
 
 log = logging.getLogger("agentledger")
 FILES = ("results.jsonl", "run-summary.jsonl")
@@ -43,7 +43,7 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None, *,
     With ``trajectories``, trials also carry turn facts from their trajectory events."""
     from pydantic_core import to_json
 
-    from . import vally_parse as P
+    from . import parse as P
 
     run_dir = os.path.dirname(rel) or "."
     stream = f"{source}:{rel}"

@@ -1,0 +1,53 @@
+"""The quarantine family: ``source.quarantined`` events → the ``quarantine`` table,
+one row per problem, resolved by the next good content of the same path (any event
+that records or removes a file: an off-format content is quarantined again by the
+event that follows it)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from .events import Event
+
+# quarantine kinds of tailed files, whose records are about one line each: a file of
+# any other kind (read whole) has at most one open problem, its newest
+LINE_KINDS = ("vally", "transcript")
+
+
+class QuarantineFamily:
+    tables = ("quarantine",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
+        def by_file(ev: Event, p: dict[str, Any]) -> None:
+            self.resolve(ev.source, p["file"], ev.seq)  # type: ignore[arg-type]
+
+        def by_path(ev: Event, p: dict[str, Any]) -> None:
+            self.resolve(ev.source, p["path"], ev.seq)  # type: ignore[arg-type]
+
+        return {"source.quarantined": self.quarantined, "file.removed": by_file,
+                **dict.fromkeys(("iteration.recorded", "historical.recorded", "hook_outcomes.recorded",
+                                 "labels.recorded"), by_file),
+                **dict.fromkeys(("artifact.recorded", "annotation.recorded"), by_path)}
+
+    def flush(self) -> None:
+        pass
+
+    def resolve(self, source: str, path: str, seq: int) -> None:
+        """Good content at ``path`` supersedes its open problems."""
+        self.conn.execute(
+            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL",
+            (seq, source, path))
+
+    def quarantined(self, ev: Event, p: dict[str, Any]) -> None:
+        if p["kind"] not in LINE_KINDS:  # a file has one open problem: its newest
+            self.resolve(ev.source, p["path"], ev.seq)  # type: ignore[arg-type]
+        self.conn.execute(
+            "INSERT INTO quarantine (source, path, kind, line, col, byte_offset, reason, content_hash, seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            (ev.source, p["path"], p["kind"], p.get("line"), p.get("column"), p.get("byte_offset"),
+             p["reason"], p.get("content_hash"), ev.seq))
