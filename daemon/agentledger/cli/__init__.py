@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import ingest, read, settings, team, trajectories, views
+from . import answers, ingest, read, settings, team, trajectories, views
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
 
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_common_flags(p)
         return p
 
-    for group in (ingest, read, trajectories, views, team, settings):  # help lists them in this order
+    for group in (ingest, read, answers, trajectories, views, team, settings):  # help lists them in this order
         group.add_commands(cmd)
     return parser
 

@@ -1,0 +1,152 @@
+"""Cohorts: which units a selector picks, and their metric values.
+
+A selector is ``KEY=VALUE`` terms (all must hold). Iterations: ``since``/``until``
+(the record's date, inclusive), ``rubric`` (the scores under that version; default
+the active one), ``session``, ``task``, ``model`` and ``agent`` (the record's
+``agent.model`` / ``agent.harness``), ``label`` (``FIELD:VALUE`` of a human label),
+``source``, ``iterations`` (``LO-HI``). Trials: ``run``, ``variant``, ``model``,
+``stimulus``, ``eval``, ``experiment``, ``source``, ``since``/``until`` (when the
+trial was recorded). A unit is an iteration (``source``, ``iteration``) or a trial's
+stimulus (``eval``, ``stimulus``): units that two cohorts share pair them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass, field
+
+KEYS = {
+    "iterations": ("since", "until", "rubric", "session", "task", "model", "agent", "label", "source", "iterations"),
+    "trials": ("run", "variant", "model", "stimulus", "eval", "experiment", "source", "since", "until"),
+}
+
+
+class SelectorError(ValueError):
+    pass
+
+
+def parse(kind: str, terms: list[str]) -> dict[str, str]:
+    """``["rubric=2.1.0", "since=2026-06-01"]`` → a checked selector."""
+    out: dict[str, str] = {}
+    for term in terms:
+        for part in (p.strip() for p in term.split(",")):
+            if not part:
+                continue
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not value.strip():
+                raise SelectorError(f"{part!r}: a selector term is KEY=VALUE")
+            if key not in KEYS[kind]:
+                raise SelectorError(f"{key!r} selects no {kind}; one of: {', '.join(KEYS[kind])}")
+            if key in out:
+                raise SelectorError(f"{key!r} given twice in one cohort")
+            out[key] = value.strip()
+    if kind == "iterations" and "iterations" in out and not re.fullmatch(r"\d+-\d+", out["iterations"]):
+        raise SelectorError(f"iterations={out['iterations']!r}: give a range LO-HI, e.g. iterations=100-200")
+    if kind == "iterations" and "label" in out and ":" not in out["label"]:
+        raise SelectorError(f"label={out['label']!r}: give FIELD:VALUE, e.g. label=scope_judgement:breach")
+    return out
+
+
+@dataclass
+class Cohort:
+    """Each metric's values by unit (a unit missing a value is not in that metric's map)."""
+
+    selector: dict[str, str]
+    units: list[tuple] = field(default_factory=list)
+    values: dict[str, dict[tuple, list[float]]] = field(default_factory=dict)
+    rubric: str | None = None
+
+
+def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None) -> Cohort:
+    rubric = sel.get("rubric") or active
+    where, args = ["s.rubric_version = ?"], [rubric]
+    simple = {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
+              "model": "json_extract(r.record, '$.agent.model')", "agent": "json_extract(r.record, '$.agent.harness')"}
+    for key, column in simple.items():
+        if key in sel:
+            where.append(f"{column} = ?")
+            args.append(sel[key])
+    if "since" in sel:
+        where.append("i.date >= ?")
+        args.append(sel["since"])
+    if "until" in sel:
+        where.append("substr(i.date, 1, length(?)) <= ?")
+        args += [sel["until"], sel["until"]]
+    if "iterations" in sel:
+        lo, hi = (int(v) for v in sel["iterations"].split("-"))
+        where.append("i.iteration BETWEEN ? AND ?")
+        args += [lo, hi]
+    if "label" in sel:
+        name, _, value = sel["label"].partition(":")
+        where.append("EXISTS (SELECT 1 FROM labels l, json_each(l.outcome, '$.labels') x WHERE l.source = i.source"
+                     " AND l.iteration = i.iteration AND CAST(json_extract(x.value, '$.last.' || ?) AS TEXT) = ?)")
+        args += [name, value]
+    sql = ("SELECT i.source, i.iteration, s.scored, s.value, s.seq FROM iterations i"
+           " JOIN scores s ON s.source = i.source AND s.iteration = i.iteration"
+           " LEFT JOIN iteration_records r ON r.source = i.source AND r.iteration = i.iteration"
+           f" WHERE {' AND '.join(where)} ORDER BY i.source, i.iteration")
+    cohort = Cohort(sel, rubric=rubric)
+    score: dict[tuple, list[float]] = {}
+    seqs = []
+    for source, it, scored, value, seq in conn.execute(sql, args):
+        unit = (source, it)
+        cohort.units.append(unit)
+        if scored and value is not None:
+            score[unit] = [value]
+        seqs.append((seq, unit))
+    cohort.values["score"] = score
+    # each signal's sub-score where the signal was present, from the score's breakdown
+    for start in range(0, len(seqs), 5000):
+        chunk = dict(seqs[start:start + 5000])
+        rows = conn.execute(
+            "SELECT e.seq, json_extract(b.value, '$.signal'), json_extract(b.value, '$.sub_score')"
+            " FROM events e, json_each(e.payload, '$.breakdown') b WHERE e.seq IN (SELECT value FROM json_each(?))"
+            " AND json_extract(b.value, '$.present')", (str(list(chunk)),))
+        for seq, signal, sub in rows:
+            if isinstance(sub, (int, float)):
+                cohort.values.setdefault(f"signal:{signal}", {})[chunk[seq]] = [float(sub)]
+    return cohort
+
+
+TRIAL_METRICS = {  # name -> SQL over a trials row
+    "pass_rate": "t.passed",
+    "grader_pass_rate": "t.grade_passed",
+    "tokens": "t.input_tokens + t.output_tokens",
+    "duration_ms": "t.duration_ms",
+    "turns": "t.turns",
+    "tool_calls": "t.tool_calls",
+}
+
+
+def trials(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
+    where, args = ["1"], []
+    simple = {"run": "t.run_id", "variant": "t.variant", "model": "t.model", "stimulus": "t.stimulus",
+              "eval": "t.eval_name", "source": "t.source", "experiment": "r.experiment"}
+    for key, column in simple.items():
+        if key in sel:
+            where.append(f"{column} = ?")
+            args.append(sel[key])
+    if "since" in sel:
+        where.append("e.recorded_at >= ?")
+        args.append(sel["since"])
+    if "until" in sel:
+        where.append("substr(e.recorded_at, 1, length(?)) <= ?")
+        args += [sel["until"], sel["until"]]
+    cols = ", ".join(TRIAL_METRICS.values())
+    sql = (f"SELECT t.eval_name, t.stimulus, {cols} FROM trials t JOIN events e ON e.seq = t.seq"
+           " LEFT JOIN runs r ON r.source = t.source AND r.run_dir = t.run_dir"
+           f" WHERE {' AND '.join(where)} ORDER BY t.eval_name, t.stimulus, t.trial_index, t.run_id")
+    cohort = Cohort(sel)
+    names = list(TRIAL_METRICS)
+    seen = set()
+    for row in conn.execute(sql, args):
+        unit = (row[0], row[1])
+        if unit not in seen:
+            seen.add(unit)
+            cohort.units.append(unit)
+        for name, value in zip(names, row[2:]):
+            if value is not None:
+                cohort.values.setdefault(name, {}).setdefault(unit, []).append(float(value))
+    return cohort

@@ -1,0 +1,101 @@
+"""A comparison for people: a terminal table, Markdown that reads well as a
+pull-request comment, or JSON (NaN as null) for programs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .compare import Comparison, Result
+
+VERDICT_MARK = {"improved": "improved", "regressed": "REGRESSED", "no detectable change": "no detectable change",
+                "not enough data": "not enough data"}
+
+
+def as_json(c: Comparison) -> str:
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    data = clean(c.as_dict())
+    data["summary"] = summary(c)
+    return json.dumps(data, indent=2)
+
+
+def summary(c: Comparison) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in c.results:
+        out[r.verdict] = out.get(r.verdict, 0) + 1
+    return out
+
+
+def _cohort(sel: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sel.items()) or "everything"
+
+
+def heading(c: Comparison) -> str:
+    unit = "iteration" if c.kind == "iterations" else "stimulus"
+    how = f"paired by {unit}: {c.pairs:,} in both" if c.paired else "independent cohorts"
+    return (f"A = {_cohort(c.a)} ({c.units_a:,} {c.kind if c.kind == 'iterations' else 'stimuli'}); "
+            f"B = {_cohort(c.b)} ({c.units_b:,}); {how}; Holm-adjusted at alpha {c.alpha:g}; seed {c.seed}")
+
+
+def _num(r: Result, v: float, *, signed: bool = False) -> str:
+    if v is None or not math.isfinite(v):
+        return "–"
+    if r.metric.endswith("rate"):
+        return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} %"
+    if max(abs(r.value_a or 0), abs(r.value_b or 0)) >= 100:
+        return f"{v:+,.0f}" if signed else f"{v:,.0f}"
+    return f"{v:+.3f}" if signed else f"{v:.3f}"
+
+
+def _p(p: float) -> str:
+    if p is None or not math.isfinite(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _row(r: Result) -> list[str]:
+    ci = f"[{_num(r, r.ci_low, signed=True)}, {_num(r, r.ci_high, signed=True)}]"
+    n = f"{r.n_a:,}" if r.n_a == r.n_b else f"{r.n_a:,}/{r.n_b:,}"
+    verdict = VERDICT_MARK[r.verdict]
+    if r.verdict == "no detectable change" and math.isfinite(r.mde):
+        verdict += f" (could detect ±{_num(r, r.mde).lstrip('+')})"
+    return [r.label, n, _num(r, r.value_a), _num(r, r.value_b), f"{_num(r, r.delta, signed=True)} {ci}",
+            _p(r.p_adjusted), verdict, r.test]
+
+
+HEADERS = ["metric", "n", "A", "B", "B − A [95 % CI]", "p (adj.)", "verdict", "test"]
+
+
+def text(c: Comparison) -> str:
+    rows = [HEADERS] + [_row(r) for r in c.results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    lines = [f"compare {c.kind}: {heading(c)}", ""]
+    for k, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    s = summary(c)
+    lines += ["", ", ".join(f"{n} {v}" for v, n in s.items())]
+    return "\n".join(lines)
+
+
+def markdown(c: Comparison) -> str:
+    s = summary(c)
+    verdicts = ", ".join(f"**{n} {v}**" if v in ("improved", "regressed") else f"{n} {v}" for v, n in s.items())
+    lines = [f"### agentledger compare: {c.kind}", "", heading(c), "", verdicts, "",
+             "| " + " | ".join(HEADERS) + " |", "|" + "|".join(["---", "---:", "---:", "---:", "---:", "---:",
+                                                                  "---", "---"]) + "|"]
+    for r in c.results:
+        cells = [x.replace("|", "\\|") for x in _row(r)]
+        if r.verdict in ("improved", "regressed"):
+            cells[6] = f"**{cells[6]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

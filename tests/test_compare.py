@@ -1,0 +1,156 @@
+"""``agentledger compare``: the statistics against known answers (hand-computed cases,
+planted effects), and the command on real ledgers (paired rubric comparisons, vally
+variants over the same stimuli, a CI gate)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from agentledger.analysis import stats
+from agentledger.example import synth
+
+from tests.conftest import run_cli
+
+
+# -- the statistics, by hand ---------------------------------------------------------------------
+def test_mcnemar_is_the_exact_binomial_test_of_the_discordant_pairs() -> None:
+    # 8 pairs fail→pass, 1 pass→fail, 31 unchanged: p = 2 · P(X ≤ 1 | 9, ½) = 2 · 10/512
+    a = [0] * 8 + [1] + [1] * 20 + [0] * 11
+    b = [1] * 8 + [0] + [1] * 20 + [0] * 11
+    d = stats.difference(a, b, binary=True, paired=True, seed=1)
+    assert d.test == "McNemar exact" and d.p == pytest.approx(20 / 512, rel=1e-12)
+    assert d.delta == pytest.approx(7 / 40) and d.ci_low < 7 / 40 < d.ci_high
+
+
+def test_fisher_is_the_two_sided_hypergeometric_sum() -> None:
+    a, b = [1] * 30 + [0] * 10, [1] * 38 + [0] * 2
+    # the tables with the same margins (68 passes of 80, 40 in each row), no more probable than the one seen
+    def prob(k: int) -> float:
+        return math.comb(40, k) * math.comb(40, 68 - k) / math.comb(80, 68)
+
+    seen = prob(30)
+    want = sum(prob(k) for k in range(28, 41) if prob(k) <= seen * (1 + 1e-7))
+    d = stats.difference(a, b, binary=True, paired=False, seed=1)
+    assert d.test == "Fisher exact" and d.p == pytest.approx(want, rel=1e-9)
+    assert (d.value_a, d.value_b) == (0.75, 0.95)
+
+
+def test_holm_adjusts_in_order_and_keeps_it_monotone() -> None:
+    assert stats.holm([0.01, 0.04, 0.03, math.nan])[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert math.isnan(stats.holm([0.01, math.nan])[1])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_a_planted_shift_is_found_and_none_is_found_where_none_was_planted() -> None:
+    """200 paired units with a planted +0.3 SD shift: found, interval holds it. The same
+    without a shift: 50 seeds, false positives at about alpha (≤ 5 of 50)."""
+    rng = random.Random(3)
+    base = [rng.gauss(0.6, 0.1) for _ in range(200)]
+    moved = [x + 0.03 + rng.gauss(0, 0.05) for x in base]
+    d = stats.difference(base, moved, binary=False, paired=True, seed=0)
+    assert d.p < 0.001 and d.ci_low < 0.03 < d.ci_high and d.mde < 0.03
+    false_alarms = 0
+    for seed in range(50):
+        r = random.Random(100 + seed)
+        x = [r.gauss(0.6, 0.1) for _ in range(60)]
+        y = [r.gauss(0.6, 0.1) for _ in range(60)]
+        false_alarms += stats.difference(x, y, binary=False, paired=False, seed=seed, resamples=500).p < 0.05
+    assert false_alarms <= 5
+
+
+def test_the_same_data_and_seed_give_the_same_answer() -> None:
+    r = random.Random(9)
+    x, y = [r.random() for _ in range(80)], [r.random() + 0.1 for _ in range(80)]
+    assert stats.difference(x, y, binary=False, paired=False, seed=4) == \
+        stats.difference(x, y, binary=False, paired=False, seed=4)
+
+
+# -- the command -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """60 iterations scored under 2.1.0, then backfilled to 3.0.0: every unit in both."""
+    root = tmp_path_factory.mktemp("compare")
+    gen = synth.generate(root / "gen", 60, seed=5)
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(root / "l.sqlite")]
+    assert run_cli("ingest", *args)[0] == 0
+    assert run_cli("backfill", "--rubric", "3.0.0", *args)[0] == 0
+    return args
+
+
+def test_two_rubrics_compare_iteration_by_iteration(scored) -> None:
+    code, out, err = run_cli("compare", "--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--json", *scored)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["paired"] and data["pairs"] == 60
+    score = data["results"][0]
+    assert score["metric"] == "score" and score["n_a"] == 60 and score["test"].startswith("permutation (paired")
+    # the values are the ledger's own means
+    from agentledger.store.db import connect_readonly
+
+    conn = connect_readonly(Path(scored[-1]))
+    for version, key in (("2.1.0", "value_a"), ("3.0.0", "value_b")):
+        mean = conn.execute("SELECT avg(value) FROM scores WHERE rubric_version = ? AND scored", (version,)).fetchone()[0]
+        assert score[key] == pytest.approx(mean, rel=1e-12)
+    conn.close()
+    assert {r["metric"] for r in data["results"]} >= {"score", "signal:landed", "signal:verifier"}
+    again = run_cli("compare", "--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--json", *scored)[1]
+    assert again == out  # seeded: the same answer every time
+
+
+def test_markdown_for_a_pull_request_and_independent_halves(scored) -> None:
+    code, out, err = run_cli("compare", "--a", "iterations=1-30", "--b", "iterations=31-60", "--format", "markdown",
+                             *scored)
+    assert code == 0, err
+    assert out.startswith("### agentledger compare: iterations") and "independent cohorts" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| overall score")]
+    assert len(rows) == 1 and "permutation (difference of means)" in rows[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--a", "colour=red", "--b", "rubric=3.0.0"], "'colour' selects no iterations"),
+    (["--a", "rubric=2.1.0", "--b", "rubric=2.1.0"], "select the same cohort"),
+    (["--a", "iterations=abc", "--b", "rubric=3.0.0"], "give a range LO-HI"),
+    (["--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--metric", "nope"], "no metric nope"),
+    (["--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--alpha", "2"], "between 0 and 1"),
+])
+def test_a_bad_selector_is_one_line_and_exit_2(scored, argv, says) -> None:
+    code, out, err = run_cli("compare", *argv, *scored)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _variants(root: Path, passes_a, passes_b) -> list[str]:
+    """Two vally runs over the same 77 stimuli (one trial each), with planted verdicts."""
+    for run, variant, passes in (("run-a", "baseline", passes_a), ("run-b", "skill", passes_b)):
+        d = root / "vally" / run
+        d.mkdir(parents=True)
+        lines = []
+        for i in range(77):
+            rec = json.loads(synth.vally_trial_line(i, run_id=run, variant=variant))
+            rec["status"] = "success"
+            rec["gradeResult"]["passed"] = passes(i)
+            lines.append(json.dumps(rec) + "\n")
+        (d / "results.jsonl").write_text("".join(lines))
+    return ["--vally", str(root / "vally"), "--db", str(root / "l.sqlite")]
+
+
+def test_variants_over_the_same_stimuli_pair_and_a_regression_fails_the_gate(tmp_path: Path) -> None:
+    # baseline passes 70 of 77; the skill variant fails 14 of the baseline's passes and fixes 1
+    args = _variants(tmp_path, lambda i: i % 11 != 0, lambda i: i % 11 != 0 and i % 5 != 0 or i == 0)
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, err = run_cli("compare", "trials", "--a", "variant=baseline", "--b", "variant=skill",
+                             "--metric", "pass_rate", "--json", "--fail-on-regression", *args)
+    data = json.loads(out)
+    r = data["results"][0]
+    b01 = sum(1 for i in range(77) if i % 11 == 0 and (i % 5 != 0 and i % 11 != 0 or i == 0))
+    b10 = sum(1 for i in range(77) if i % 11 != 0 and not (i % 5 != 0))
+    assert (b01, b10) == (1, 14)
+    assert data["paired"] and data["pairs"] == 77 and r["test"] == "McNemar exact"
+    assert r["p"] == pytest.approx(2 * sum(math.comb(15, k) for k in range(2)) / 2 ** 15, rel=1e-12)
+    assert r["verdict"] == "regressed" and code == 1 and "regressed: pass rate" in err
+    code, _, _ = run_cli("compare", "trials", "--a", "variant=skill", "--b", "variant=baseline",
+                         "--metric", "pass_rate", "--fail-on-regression", *args)
+    assert code == 0  # the other way round it improved
