@@ -154,3 +154,92 @@ def test_variants_over_the_same_stimuli_pair_and_a_regression_fails_the_gate(tmp
     code, _, _ = run_cli("compare", "trials", "--a", "variant=skill", "--b", "variant=baseline",
                          "--metric", "pass_rate", "--fail-on-regression", *args)
     assert code == 0  # the other way round it improved
+
+
+# -- vally experiments -------------------------------------------------------------------------------
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    from agentledger.analysis.experiments import pass_at_k
+
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(5, 2, 1) == pytest.approx(2 / 5)
+    assert pass_at_k(5, 4, 2) == 1.0 and pass_at_k(3, 0, 3) == 0.0
+
+
+def test_the_real_experiment_record_shows_what_vallys_report_shows(tmp_path: Path) -> None:
+    """report.md's row for this stimulus: 28.1 s, 79,618 tokens, 6 turns, 7 tool calls, 3/3 graders."""
+    import shutil
+
+    from tests.conftest import need_fixtures
+
+    fixtures = need_fixtures() / "vally"
+    run = tmp_path / "out" / "2026-07-31T11-17-14-108Z" / "baseline"
+    run.mkdir(parents=True)
+    shutil.copy(fixtures / "baseline__results.first-record.jsonl", run / "results.jsonl")
+    shutil.copy(fixtures / "baseline__run-summary.jsonl", run / "run-summary.jsonl")
+    args = ["--vally", str(tmp_path / "out"), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, err = run_cli("experiment", "--json", *args)
+    assert code == 0, err
+    exp = json.loads(out)
+    (s,) = exp["stimuli"]
+    assert (exp["experiment"], exp["run_id"]) == ("dotnet-skills", "5160984c-53f8-4363-893d-bb091abbc3c1")
+    assert (round(s["duration_s"], 1), s["tokens"], s["turns"], s["tool_calls"]) == (28.1, 79618, 6, 7)
+    assert (s["graders_passed"], s["graders_total"], s["passed"], s["trials"]) == (3, 3, 1, 1)
+    text = run_cli("experiment", *args)[1]
+    assert "28.1" in text and "79,618" in text and "3/3" in text
+
+
+def _experiment(root: Path, run_id: str, verdicts: dict[str, list[list[bool]]]) -> None:
+    """One experiment run: per variant, per stimulus (11 of them), its trials' verdicts."""
+    for variant, by_stimulus in verdicts.items():
+        d = root / "vally" / run_id / variant
+        d.mkdir(parents=True)
+        lines = []
+        for s, trials in enumerate(by_stimulus):
+            for k, passed in enumerate(trials):
+                rec = json.loads(synth.vally_trial_line(s, run_id=run_id, variant=variant))
+                rec["stimulus"], rec["evalName"], rec["status"] = f"stimulus {s}", "e", "success"
+                rec["itemId"] = f"e::{variant}::m::stimulus {s}::trial-{k}"
+                rec["gradeResult"]["passed"] = passed
+                rec["gradeResult"]["details"] = [{"name": "exit-code", "passed": passed, "score": 1.0 * passed},
+                                                 {"name": "judge", "passed": True, "score": 1}]
+                lines.append(json.dumps(rec) + "\n")
+        (d / "results.jsonl").write_text("".join(lines))
+
+
+def test_a_three_variant_experiment(tmp_path: Path) -> None:
+    """The common real shape: three variants, one trial a stimulus; plus a stimulus tried
+    five times (pass@k) and one whose verdict changed since an earlier run (flaky)."""
+    base = [[True]] * 8 + [[False]] * 3
+    skill = [[True]] * 11
+    plugin = [[False]] * 6 + [[True]] * 5
+    base_rerun = [[s[0]] for s in base]
+    base_rerun[0] = [False]  # stimulus 0 failed in the earlier run: flaky
+    _experiment(tmp_path, "run-1", {"baseline": base_rerun})
+    skill[10] = [True, False, True, False, False]  # n=5, c=2
+    _experiment(tmp_path, "run-2", {"baseline": base, "skill": skill, "plugin": plugin})
+    args = ["--vally", str(tmp_path / "vally"), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, err = run_cli("experiment", "--run", "run-2", "--json", *args)
+    assert code == 0, err
+    exp = json.loads(out)
+    v = {r["variant"]: r for r in exp["variants"]}
+    assert exp["baseline"] == "baseline" and set(v) == {"baseline", "skill", "plugin"}
+    assert v["baseline"]["pass_rate"] == pytest.approx(8 / 11) and v["baseline"]["flaky"] == 1
+    assert v["skill"]["pass_at"]["2"] == pytest.approx(0.7)  # only stimulus 10 has two trials or more
+    assert v["skill"]["pass_at"]["1"] == pytest.approx((10 + 2 / 5) / 11)
+    flaky = {(s["variant"], s["stimulus"]) for s in exp["stimuli"] if s["flaky"]}
+    assert flaky == {("baseline", "stimulus 0"), ("skill", "stimulus 10")}
+    graders = {(g["variant"], g["grader"]): (g["passed"], g["total"]) for g in exp["graders"]}
+    assert graders[("plugin", "exit-code")] == (5, 11) and graders[("plugin", "judge")] == (11, 11)
+    # each variant against the baseline, stimulus by stimulus
+    plug = exp["deltas"]["plugin"]
+    assert plug["paired"] and plug["pairs"] == 11
+    rate = next(r for r in plug["results"] if r["metric"] == "pass_rate")
+    # baseline passes 0-7, plugin 6-10: discordant 6 pass→fail (0-5), 3 fail→pass (8-10)
+    assert rate["test"] == "McNemar exact" and rate["p"] == pytest.approx(2 * sum(
+        math.comb(9, k) for k in range(4)) / 2 ** 9)
+    md = run_cli("experiment", "--run", "run-2", "--format", "markdown", *args)[1]
+    assert "### plugin against baseline" in md and "| variant | stimuli |" in md
+    code, _, err = run_cli("experiment", "--run", "run-2", "--baseline", "nope", *args)
+    assert code == 2 and "has variants baseline, plugin, skill" in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import json
 import os
 import sqlite3
@@ -168,17 +170,20 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     """The daemon's writer thread holds an older sidecar while the close-task hook
     (another connection, as another process) scores the same iteration again and
     writes it directly: the queued write is skipped, not landed over the newer file."""
-    import threading
-
     from agentledger.config import Config, StoreConfig
     from agentledger.ledger import Ledger
 
     gen, src, daemon = _daemon_ledger(tmp_path)
-    gate = threading.Event()
     check = daemon.sidecars.writer._still_current
+    deadline = time.monotonic() + 60
 
-    def held(key):  # the writer thread stops at its first keyed write until the hook is done
-        gate.wait(30)
+    def held(key):
+        """The writer thread holds iteration 20's older sidecar until the hook's newer
+        score is in the ledger (a condition, not a timeout); the hook's own write waits
+        for the sidecar lock meanwhile."""
+        if key[0] == "scores" and key[2] == 20:
+            while check(key) and time.monotonic() < deadline:
+                time.sleep(0.005)
         return check(key)
 
     daemon.sidecars.writer._still_current = held
@@ -191,7 +196,6 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     assert hook.score(src, [20]).scored == 1  # back to the original score (and its file's bytes)
     newest = (gen.log / "iter-20.score.yaml").read_bytes()
     hook.close()
-    gate.set()
     daemon.close()
     assert (gen.log / "iter-20.score.yaml").read_bytes() == newest
     assert daemon.sidecars.writer.superseded >= 1

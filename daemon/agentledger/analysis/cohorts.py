@@ -59,21 +59,30 @@ class Cohort:
     rubric: str | None = None
 
 
-def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None) -> Cohort:
-    rubric = sel.get("rubric") or active
-    where, args = ["s.rubric_version = ?"], [rubric]
-    simple = {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
-              "model": "json_extract(r.record, '$.agent.model')", "agent": "json_extract(r.record, '$.agent.harness')"}
-    for key, column in simple.items():
+def _where(sel: dict[str, str], equal: dict[str, str], when: str) -> tuple[list[str], list]:
+    """SQL conditions for the selector's equality keys (key -> column) and its
+    ``since``/``until`` on the ``when`` column (``until`` a prefix: 2026-06 is all of June)."""
+    where, args = ["1"], []
+    for key, column in equal.items():
         if key in sel:
             where.append(f"{column} = ?")
             args.append(sel[key])
     if "since" in sel:
-        where.append("i.date >= ?")
+        where.append(f"{when} >= ?")
         args.append(sel["since"])
     if "until" in sel:
-        where.append("substr(i.date, 1, length(?)) <= ?")
+        where.append(f"substr({when}, 1, length(?)) <= ?")
         args += [sel["until"], sel["until"]]
+    return where, args
+
+
+def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None) -> Cohort:
+    rubric = sel.get("rubric") or active
+    where, args = _where(sel, {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
+                               "model": "json_extract(r.record, '$.agent.model')",
+                               "agent": "json_extract(r.record, '$.agent.harness')"}, "i.date")
+    where.append("s.rubric_version = ?")
+    args.append(rubric)
     if "iterations" in sel:
         lo, hi = (int(v) for v in sel["iterations"].split("-"))
         where.append("i.iteration BETWEEN ? AND ?")
@@ -113,27 +122,17 @@ def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None
 TRIAL_METRICS = {  # name -> SQL over a trials row
     "pass_rate": "t.passed",
     "grader_pass_rate": "t.grade_passed",
-    "tokens": "t.input_tokens + t.output_tokens",
-    "duration_ms": "t.duration_ms",
+    "tokens": "coalesce(t.total_tokens, t.input_tokens + t.output_tokens)",  # report.md's tokens
+    "duration_ms": "coalesce(t.wall_time_ms, t.duration_ms)",  # report.md's duration: the trajectory's wall time
     "turns": "t.turns",
     "tool_calls": "t.tool_calls",
 }
 
 
 def trials(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
-    where, args = ["1"], []
-    simple = {"run": "t.run_id", "variant": "t.variant", "model": "t.model", "stimulus": "t.stimulus",
-              "eval": "t.eval_name", "source": "t.source", "experiment": "r.experiment"}
-    for key, column in simple.items():
-        if key in sel:
-            where.append(f"{column} = ?")
-            args.append(sel[key])
-    if "since" in sel:
-        where.append("e.recorded_at >= ?")
-        args.append(sel["since"])
-    if "until" in sel:
-        where.append("substr(e.recorded_at, 1, length(?)) <= ?")
-        args += [sel["until"], sel["until"]]
+    where, args = _where(sel, {"run": "t.run_id", "variant": "t.variant", "model": "t.model",
+                               "stimulus": "t.stimulus", "eval": "t.eval_name", "source": "t.source",
+                               "experiment": "r.experiment"}, "e.recorded_at")
     cols = ", ".join(TRIAL_METRICS.values())
     sql = (f"SELECT t.eval_name, t.stimulus, {cols} FROM trials t JOIN events e ON e.seq = t.seq"
            " LEFT JOIN runs r ON r.source = t.source AND r.run_dir = t.run_dir"

@@ -12,19 +12,22 @@ VERDICT_MARK = {"improved": "improved", "regressed": "REGRESSED", "no detectable
                 "not enough data": "not enough data"}
 
 
-def as_json(c: Comparison) -> str:
+def to_json(data: object) -> str:
+    """JSON with NaN and infinities as null (JSON has neither)."""
     def clean(v):
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
             return [clean(x) for x in v]
         return v
 
-    data = clean(c.as_dict())
-    data["summary"] = summary(c)
-    return json.dumps(data, indent=2)
+    return json.dumps(clean(data), indent=2)
+
+
+def as_json(c: Comparison) -> str:
+    return to_json({**c.as_dict(), "summary": summary(c)})
 
 
 def summary(c: Comparison) -> dict[str, int]:

@@ -1,11 +1,11 @@
-"""Commands that answer "did it get better?": ``compare``."""
+"""Commands that answer "did it get better?": ``compare``, ``experiment``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, UsageError, read_only
+from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, read_only
 
 
 def add_commands(cmd) -> None:
@@ -32,6 +32,17 @@ def add_commands(cmd) -> None:
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when any metric regressed (for a CI gate)")
     p.set_defaults(func=cmd_compare)
+
+    p = cmd("experiment", "A vally experiment run by variant and stimulus: vally's report.md figures, pass@k,"
+                          " flaky stimuli, each grader's pass rate, and each variant against the baseline.")
+    p.add_argument("--run", metavar="RUN_ID", help="the run (default: the newest experiment run)")
+    p.add_argument("--experiment", metavar="NAME", help="the newest run of this experiment")
+    p.add_argument("--baseline", metavar="VARIANT", help="the variant the others are compared with"
+                                                         " (default: 'baseline' if there is one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the comparisons' resampling (default 0)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--json", action="store_true", help="the same as --format json")
+    p.set_defaults(func=cmd_experiment)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -62,4 +73,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
         names = ", ".join(r.label for r in result.regressed)
         print(f"agentledger compare: regressed: {names}", file=sys.stderr)
         return EXIT_FAIL
+    return EXIT_OK
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from ..analysis import experiments, render
+
+    _, conn = read_only(args)
+    try:
+        run = args.run
+        if run is None:
+            found = experiments.latest_run(conn, args.experiment)
+            if found is None:
+                what = f"experiment {args.experiment!r}" if args.experiment else "vally experiment"
+                raise Failure(f"no {what} run in this ledger (ingest vally results with --vally DIR)")
+            run = found[0]
+        variants = [r[0] for r in conn.execute("SELECT DISTINCT variant FROM trials WHERE run_id = ? ORDER BY 1",
+                                               (run,))]
+        if not variants:
+            raise Failure(f"no trials of run {run!r} in this ledger (`agentledger runs` lists the runs)")
+        if args.baseline and args.baseline not in variants:
+            raise UsageError(f"--baseline {args.baseline}: run {run} has variants {', '.join(variants)}")
+        exp = experiments.load(conn, run, baseline=args.baseline, seed=args.seed)
+    finally:
+        conn.close()
+    fmt = "json" if args.json else args.format
+    print(render.to_json(exp.as_dict()) if fmt == "json" else experiments.render(exp, markdown=fmt == "markdown"))
     return EXIT_OK

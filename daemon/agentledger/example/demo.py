@@ -200,6 +200,9 @@ def main() -> None:
     after = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
     print(f"  {len(after)} sidecars, {sum(before[k] != after.get(k) for k in before)} changed")
 
+    step("Did the new rubric change the scores, and is it real? Every iteration under both, compared")
+    agentledger("compare", "--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--metric", "score", cfg=cfg)
+
     step("The report: the ledger's charts in one self-contained HTML file")
     agentledger("report", "-o", str(out / "report.html"), cfg=cfg)
     team(out, cfg)

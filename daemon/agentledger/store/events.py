@@ -30,7 +30,7 @@ CURRENT: dict[str, int] = {
     "score.computed": 1,
     "backfill.started": 1,
     "backfill.completed": 1,
-    "trial.completed": 1,
+    "trial.completed": 2,
     "run.summarized": 1,
     "source.reset": 1,
     "transcript.turns": 1,
@@ -38,7 +38,12 @@ CURRENT: dict[str, int] = {
 }
 
 # (type, version) -> function turning a payload of that version into version+1.
-UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # v2 keeps the trajectory's wall time, total tokens and the graders (vally's report.md
+    # figures); a v1 trial did not record them
+    ("trial.completed", 1): lambda p: {**p, "trial": {**p["trial"], "wall_time_ms": None, "total_tokens": None,
+                                                      "graders": []}},
+}
 
 
 def canonical_json(payload: Any) -> str:

@@ -29,7 +29,14 @@ def trial_row(source: str, p: dict[str, Any]) -> tuple:
             None if t["grade_passed"] is None else int(t["grade_passed"]), t["grade_score"], int(t["passed"]),
             t["input_tokens"], t["output_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
             t["tool_calls"], t["tool_errors"], t["turns"], raw["path"], raw["offset"], raw["length"],
-            raw["sha256"])
+            raw["sha256"], t.get("wall_time_ms"), t.get("total_tokens"), *_graders_passed(t.get("graders")))
+
+
+def _graders_passed(graders: list | None) -> tuple[int | None, int | None]:
+    """(passed, of) of a trial's graders, None when it reported none (report.md's "3/3")."""
+    if not graders:
+        return None, None
+    return sum(1 for g in graders if g[1]), len(graders)
 
 
 @dataclass
@@ -40,7 +47,7 @@ class PreparedTrials:
     writer only looks up keys, inserts and counts (a third less work per event than
     unpickling and projecting ``Event`` objects)."""
 
-    items: list[tuple[tuple, tuple, str]]
+    items: list[tuple[tuple, tuple, str, list]]
 
     @classmethod
     def of(cls, events: list[Event]) -> PreparedTrials | None:
@@ -50,7 +57,8 @@ class PreparedTrials:
         for ev in events:
             if ev.type != "trial.completed" or "facts" in ev.payload:
                 return None
-            items.append((event_row(ev), trial_row(ev.source, ev.payload), ev.payload["trial"]["experiment"]))
+            t = ev.payload["trial"]
+            items.append((event_row(ev), trial_row(ev.source, ev.payload), t["experiment"], t.get("graders") or []))
         return cls(items)
 
     def record(self, conn: sqlite3.Connection, trials: TrialFamily) -> tuple[int, int | None]:
@@ -61,8 +69,8 @@ class PreparedTrials:
         last = None
         new = append_rows(conn, [item[0] for item in items])
         for i, seq in new:
-            _, row, experiment = items[i]
-            trials.trial(row, experiment, seq)
+            _, row, experiment, graders = items[i]
+            trials.trial(row, experiment, seq, graders)
             last = seq
         return len(new), last
 
@@ -72,7 +80,7 @@ class TrialFamily:
     each trial's (passed, error) as of the events applied so far is kept (None: not
     stored), so a run's counters move by each trial's delta without a lookup."""
 
-    tables = ("runs", "trials")
+    tables = ("runs", "trials", "trial_graders")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -80,6 +88,8 @@ class TrialFamily:
         self._runs_known: dict[tuple[str, str], tuple] = {}  # runs already upserted in this transaction
         self._trial_rows: dict[tuple[str, str, str], tuple] = {}
         self._trial_state: dict[tuple[str, str, str], tuple[int, int] | None] = {}
+        self._graders: dict[tuple[str, str, str], list] = {}  # each buffered trial's graders
+        self._replaced: set[tuple[str, str, str]] = set()  # buffered trials that were stored before
 
     def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
         return {"trial.completed": self._trial_completed, "run.summarized": self._run_summarized}
@@ -109,11 +119,13 @@ class TrialFamily:
             (source, run_dir, run_id, kind, experiment, variant, seq))
 
     def _trial_completed(self, ev: Event, p: dict[str, Any]) -> None:
-        self.trial(trial_row(ev.source, p), p["trial"]["experiment"], ev.seq)  # type: ignore[arg-type]
+        self.trial(trial_row(ev.source, p), p["trial"]["experiment"], ev.seq,  # type: ignore[arg-type]
+                   p["trial"].get("graders") or [])
 
-    def trial(self, row: tuple, experiment: str, seq: int) -> None:
-        """One reported trial (``trial_row``, without its ``seq``): the run, the trial's
-        row (a re-reported trial replaces it) and the run's counters."""
+    def trial(self, row: tuple, experiment: str, seq: int, graders: list) -> None:
+        """One reported trial (``trial_row``, without its ``seq``, and its graders): the
+        run, the trial's row and graders (a re-reported trial replaces them) and the
+        run's counters."""
         source, run_dir, item = row[0], row[1], row[2]
         self._ensure_run(source, run_dir, row[3], "experiment" if experiment else "eval", experiment, row[7], seq)
         key = (source, run_dir, item)
@@ -122,9 +134,12 @@ class TrialFamily:
         else:
             old = self.conn.execute("SELECT passed, status = 'error' FROM trials WHERE source = ? AND run_dir = ?"
                                     " AND item_id = ?", key).fetchone()
+        if old is not None:
+            self._replaced.add(key)  # its graders from an earlier report go
         new = (row[13], int(row[9] == "error"))
         self._trial_state[key] = new
         self._trial_rows[key] = row + (seq,)
+        self._graders[key] = graders
         if len(self._trial_rows) >= 5000:  # bound memory in long replays
             self._flush_trials(keep_state=True)
         # The run's counters move by this trial's delta (a re-reported trial replaces its row).
@@ -163,9 +178,20 @@ class TrialFamily:
                 "INSERT OR REPLACE INTO trials (source, run_dir, item_id, run_id, eval_name, stimulus, model,"
                 " variant, trial_index, status, duration_ms, grade_passed, grade_score, passed, input_tokens,"
                 " output_tokens, cache_read_tokens, cache_write_tokens, tool_calls, tool_errors, turns, raw_path,"
-                " raw_offset, raw_length, raw_sha256, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " raw_offset, raw_length, raw_sha256, wall_time_ms, total_tokens, graders_passed, graders_total,"
+                " seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 list(self._trial_rows.values()))
+            if self._replaced:
+                self.conn.executemany("DELETE FROM trial_graders WHERE source = ? AND run_dir = ? AND item_id = ?",
+                                      sorted(self._replaced))
+            self.conn.executemany(
+                "INSERT INTO trial_graders (source, run_dir, item_id, ordinal, name, passed, score)"
+                " VALUES (?,?,?,?,?,?,?)",
+                [(*key, k, name, None if passed is None else int(passed), score)
+                 for key, graders in self._graders.items() for k, (name, passed, score) in enumerate(graders)])
         self._trial_rows.clear()
+        self._graders.clear()
+        self._replaced.clear()
         if not keep_state:
             self._trial_state.clear()
 

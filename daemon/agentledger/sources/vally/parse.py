@@ -9,6 +9,8 @@ commands that read vally sources, never by the close-task hook.
 
 from __future__ import annotations
 
+import math
+
 import re
 from typing import Annotated, Any
 
@@ -31,7 +33,7 @@ Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 class TokenUsage(_Model):
     inputTokens: Int64 | None = None
     outputTokens: Int64 | None = None
-    totalTokens: int | None = None
+    totalTokens: Int64 | None = None
     cacheReadTokens: Int64 | None = None
     cacheWriteTokens: Int64 | None = None
     callCount: int | None = None
@@ -41,7 +43,7 @@ class Metrics(_Model):
     tokenUsage: TokenUsage | None = None
     toolCallCount: Int64 | None = None
     turnCount: Int64 | None = None
-    wallTimeMs: int | None = None
+    wallTimeMs: Int64 | None = None
     errorCount: int | None = None
 
 
@@ -64,6 +66,7 @@ class GradeResult(_Model):
     model_config = ConfigDict(allow_inf_nan=False)  # merged with _Model's
     passed: bool | None = None
     score: float | None = None
+    details: list[Any] | None = None  # the graders; read leniently (``graders``): their shape varies
 
 
 class Experiment(_Model):
@@ -169,8 +172,26 @@ def _trial(r: AnyLine) -> dict[str, Any]:
         "tool_calls": metrics.toolCallCount,
         "tool_errors": tool_errors,
         "turns": metrics.turnCount,
+        "wall_time_ms": metrics.wallTimeMs,  # what vally's report.md calls the duration
+        "total_tokens": tokens.totalTokens,
+        "graders": graders(grade),
     }
     return facts
+
+
+def graders(grade: GradeResult | None) -> list[list]:
+    """[name, passed, score] of each top-level grader of a trial (report.md's "graders
+    passed"); a detail that is not a grader object is left out."""
+    out = []
+    for d in (grade.details or []) if grade else []:
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+            continue
+        passed = d.get("passed") if isinstance(d.get("passed"), bool) else None
+        score = d.get("score")
+        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) \
+            and math.isfinite(score) else None
+        out.append([d["name"], passed, score])
+    return out
 
 
 def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
