@@ -170,7 +170,7 @@ def test_the_report_page_is_kept_until_the_ledger_changes(tmp_path: Path) -> Non
 
     def state() -> str:
         with urllib.request.urlopen(base + "/-/report", timeout=30) as r:
-            return r.headers["X-Agentledger-Outcome"]
+            return r.headers["X-Agentledger-Report"]
 
     try:
         first, second = state(), state()
@@ -236,7 +236,7 @@ def test_ui_serves_the_live_ledger_read_only_on_loopback(reference_ledger, tmp_p
         status, page = get(base + "/-/report")
         assert status == 200 and '<figure id="trend-overall">' in page and '<figure id="sessions">' in page
         with urllib.request.urlopen(base + "/-/report", timeout=10) as r:  # the ledger has not changed: kept
-            assert r.headers["X-Agentledger-Outcome"].startswith("hit;") and r.read().decode() == page
+            assert r.headers["X-Agentledger-Report"].startswith("hit;") and r.read().decode() == page
         status, page = get(base + "/-/report?session=" + urllib.parse.quote(newest))
         assert status == 200 and '<figure id="trend-session">' in page
         status, body = get(base + "/ledger.json?sql=" + urllib.parse.quote("DELETE FROM scores") + "&_shape=array")

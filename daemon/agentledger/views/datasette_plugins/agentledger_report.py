@@ -3,7 +3,7 @@ installed as an entry point, so Datasette elsewhere stays untouched): ``/-/repor
 serves the report of the ledger being browsed, made on request from Datasette's own
 read-only connection, so the pictures are as fresh as the tables; a page is made
 once per state of the ledger (its last seq) and kept while the ledger has not
-changed (the header ``X-Agentledger-Outcome`` says ``hit`` or ``miss``). The canned
+changed (the header ``X-Agentledger-Report`` says ``hit`` or ``miss``). The canned
 queries' descriptions link to its charts (``/-/report#sessions``).
 
 Why not a charting plugin: the report already draws these charts, tested in
@@ -45,7 +45,7 @@ def handle_exception(datasette, request, exception):
 
 @hookimpl
 def menu_links(datasette):
-    return [{"href": datasette.urls.path("/-/report"), "label": "Outcome (charts)"}]
+    return [{"href": datasette.urls.path("/-/report"), "label": "Report (charts)"}]
 
 
 # made pages, by (the ledger's last seq, session, since): the projections change only
@@ -75,4 +75,4 @@ async def report_page(datasette, request):
         return seq, _PAGES[key]
 
     seq, page = await db.execute_fn(build)
-    return Response.html(page, headers={"X-Agentledger-Outcome": f"{state['cache']}; seq={seq}"})
+    return Response.html(page, headers={"X-Agentledger-Report": f"{state['cache']}; seq={seq}"})
