@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sources": {"config", "reference", "model", "output", "scoring", "store.events"},
     "store": {"model", "output", "paths", "scoring", "sources.annotations"},
     "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
-    "views": {"scoring", "store"},
+    "views": {"analysis", "scoring", "store"},
     "analysis": {"scoring"},
     "central": {"config", "paths", "redact", "scoring", "views"},
     "service": {"central", "config", "ledger", "output", "paths", "redact", "store"},

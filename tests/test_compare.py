@@ -243,3 +243,39 @@ def test_a_three_variant_experiment(tmp_path: Path) -> None:
     assert "### plugin against baseline" in md and "| variant | stimuli |" in md
     code, _, err = run_cli("experiment", "--run", "run-2", "--baseline", "nope", *args)
     assert code == 2 and "has variants baseline, plugin, skill" in err
+
+
+def test_large_cohorts_use_what_the_resampling_converges_to() -> None:
+    """From 500 units a side: the z test and the normal interval agree with the
+    permutation test and the bootstrap run on the same data (below the threshold)."""
+    r = random.Random(21)
+    x = [min(1.0, max(0.0, r.gauss(0.62, 0.2))) for _ in range(600)]
+    y = [min(1.0, max(0.0, r.gauss(0.6, 0.2))) for _ in range(600)]
+    big = stats.difference(x, y, binary=False, paired=False, seed=0)
+    assert big.test.startswith("Welch z")
+    old, stats.LARGE = stats.LARGE, 10 ** 9
+    try:
+        exact = stats.difference(x, y, binary=False, paired=False, seed=0, resamples=4000)
+    finally:
+        stats.LARGE = old
+    assert exact.test.startswith("permutation")
+    assert big.p == pytest.approx(exact.p, abs=0.03)
+    assert big.ci_low == pytest.approx(exact.ci_low, abs=0.004) and big.ci_high == pytest.approx(exact.ci_high, abs=0.004)
+
+
+def test_the_report_opens_with_what_changed_and_says_how_to_reproduce_it(scored, tmp_path: Path) -> None:
+    import shlex
+
+    out_file = tmp_path / "r.html"
+    code, _, err = run_cli("report", "-o", str(out_file), *scored)
+    assert code == 0, err
+    page = out_file.read_text()
+    assert page.index('id="what-changed"') < page.index('id="trend-overall"')  # the first section
+    command = page.split('id="what-changed"', 1)[1].split('<p class="note">', 1)[1].split("</p>", 1)[0]
+    argv = shlex.split(command)
+    assert argv[:2] == ["agentledger", "compare"]
+    code, out, err = run_cli(*argv[1:], "--json", *scored)
+    assert code == 0, err
+    score = json.loads(out)["results"][0]
+    shown = f"{score['value_a']:.3f}</td><td>{score['value_b']:.3f}"
+    assert shown in page  # the figure is the command's

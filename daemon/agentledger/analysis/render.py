@@ -64,7 +64,7 @@ def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _row(r: Result) -> list[str]:
+def cells(r: Result) -> list[str]:
     ci = f"[{_num(r, r.ci_low, signed=True)}, {_num(r, r.ci_high, signed=True)}]"
     n = f"{r.n_a:,}" if r.n_a == r.n_b else f"{r.n_a:,}/{r.n_b:,}"
     verdict = VERDICT_MARK[r.verdict]
@@ -78,7 +78,7 @@ HEADERS = ["metric", "n", "A", "B", "B − A [95 % CI]", "p (adj.)", "verdict", 
 
 
 def text(c: Comparison) -> str:
-    rows = [HEADERS] + [_row(r) for r in c.results]
+    rows = [HEADERS] + [cells(r) for r in c.results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
     lines = [f"compare {c.kind}: {heading(c)}", ""]
     for k, row in enumerate(rows):
@@ -97,8 +97,8 @@ def markdown(c: Comparison) -> str:
              "| " + " | ".join(HEADERS) + " |", "|" + "|".join(["---", "---:", "---:", "---:", "---:", "---:",
                                                                   "---", "---"]) + "|"]
     for r in c.results:
-        cells = [x.replace("|", "\\|") for x in _row(r)]
+        row = [x.replace("|", "\\|") for x in cells(r)]
         if r.verdict in ("improved", "regressed"):
-            cells[6] = f"**{cells[6]}**"
-        lines.append("| " + " | ".join(cells) + " |")
+            row[6] = f"**{row[6]}**"
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

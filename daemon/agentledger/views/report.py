@@ -42,6 +42,7 @@ class Data:
     since: str | None = None
     # the team report (central/team_report.py): per machine / per repository, (name, Summary, band counts)
     groups: dict[str, list[tuple]] = field(default_factory=dict)
+    glance: object | None = None  # "what changed" (glance.Glance): the local report's first section
 
 
 def gather(conn: sqlite3.Connection, *, since: str | None = None, session: str | None = None) -> Data:
@@ -108,6 +109,10 @@ def gather(conn: sqlite3.Connection, *, since: str | None = None, session: str |
         "SELECT kind, sum(open), sum(resolved) FROM quarantine_summary GROUP BY kind ORDER BY kind")]
     d.pass_rates = [tuple(r) for r in conn.execute(
         "SELECT eval_name, model, count(*), sum(passed) FROM trials GROUP BY eval_name, model ORDER BY eval_name, model")]
+    if not (since or session):  # what changed is about the whole ledger
+        from . import glance
+
+        d.glance = glance.gather(conn, d.rubric or None)
     return d
 
 
@@ -164,7 +169,12 @@ def render(d: Data, *, generated_at: str, ledger: str) -> str:
     shown = sessions[:SESSIONS_SHOWN]
     cut = (f"The newest {len(shown)} of {len(sessions):,} sessions; agentledger report --session ID draws one."
            if len(sessions) > len(shown) else "")
-    sections = [
+    sections = []
+    if d.glance is not None:
+        from . import glance
+
+        sections.append(("What changed", glance.render(d.glance)))
+    sections += [
         ("Score trend", charts.trend(
             "trend-overall", ("Every iteration's current score, in the order scored" if d.groups else
                               "Every iteration as first scored") + ": rolling mean with its 10th–90th percentile band",
@@ -222,7 +232,7 @@ def render(d: Data, *, generated_at: str, ledger: str) -> str:
     return "".join(parts)
 
 
-def _anchor(figure_html: str) -> str:
+def _anchor(figure_html: str) -> str:  # the first figure's id
     return figure_html.split('id="', 1)[1].split('"', 1)[0]
 
 
