@@ -279,3 +279,31 @@ def test_the_report_opens_with_what_changed_and_says_how_to_reproduce_it(scored,
     score = json.loads(out)["results"][0]
     shown = f"{score['value_a']:.3f}</td><td>{score['value_b']:.3f}"
     assert shown in page  # the figure is the command's
+
+
+def test_a_git_range_selects_the_iterations_whose_commit_it_lists(scored, tmp_path: Path) -> None:
+    import sqlite3
+    import subprocess
+
+    repo = scored[scored.index("--repo") + 1]
+    db = scored[scored.index("--db") + 1]
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True).stdout
+
+    listed = set(git("rev-list", "HEAD~20..HEAD").split())
+    want = set()
+    with sqlite3.connect(db) as c:
+        for it, ref in c.execute("SELECT iteration, commit_ref FROM iterations"):
+            sha = git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}").strip()
+            if sha in listed:
+                want.add(it)
+    assert 0 < len(want) < 60
+    code, out, err = run_cli("compare", "--a", "git=HEAD~20", "--b", "git=HEAD~20..HEAD", "--json", *scored)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["units_b"] == len(want) and not data["paired"]
+    # a range is the user's text, never an option for git
+    trap = tmp_path / "written-by-git"
+    code, _, err = run_cli("compare", "--a", f"git=--output={trap}", "--b", "git=HEAD", *scored)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not trap.exists()

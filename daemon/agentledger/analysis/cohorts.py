@@ -4,7 +4,9 @@ A selector is ``KEY=VALUE`` terms (all must hold). Iterations: ``since``/``until
 (the record's date, inclusive), ``rubric`` (the scores under that version; default
 the active one), ``session``, ``task``, ``model`` and ``agent`` (the record's
 ``agent.model`` / ``agent.harness``), ``label`` (``FIELD:VALUE`` of a human label),
-``source``, ``iterations`` (``LO-HI``). Trials: ``run``, ``variant``, ``model``,
+``source``, ``iterations`` (``LO-HI``), ``git`` (a revision range such as ``v1..v2`` or
+a branch: the iterations whose commit ``git rev-list`` lists; the caller resolves it and
+passes the units). Trials: ``run``, ``variant``, ``model``,
 ``stimulus``, ``eval``, ``experiment``, ``source``, ``since``/``until`` (when the
 trial was recorded). A unit is an iteration (``source``, ``iteration``) or a trial's
 stimulus (``eval``, ``stimulus``): units that two cohorts share pair them.
@@ -17,7 +19,8 @@ import sqlite3
 from dataclasses import dataclass, field
 
 KEYS = {
-    "iterations": ("since", "until", "rubric", "session", "task", "model", "agent", "label", "source", "iterations"),
+    "iterations": ("since", "until", "rubric", "session", "task", "model", "agent", "label", "source", "iterations",
+                   "git"),
     "trials": ("run", "variant", "model", "stimulus", "eval", "experiment", "source", "since", "until"),
 }
 
@@ -76,7 +79,9 @@ def _where(sel: dict[str, str], equal: dict[str, str], when: str) -> tuple[list[
     return where, args
 
 
-def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None) -> Cohort:
+def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None,
+               only: set[tuple] | None = None) -> Cohort:
+    """``only``: the units a ``git`` term allows (resolved by the caller, who has git)."""
     rubric = sel.get("rubric") or active
     where, args = _where(sel, {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
                                "model": "json_extract(r.record, '$.agent.model')",
@@ -101,6 +106,8 @@ def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None
     seqs = []
     for source, it, scored, value, seq in conn.execute(sql, args):
         unit = (source, it)
+        if only is not None and unit not in only:
+            continue
         cohort.units.append(unit)
         if scored and value is not None:
             score[unit] = [value]

@@ -81,9 +81,10 @@ class Comparison:
 
 def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str, str], *, active: str | None,
             metrics: list[str] | None = None, paired: bool | None = None, alpha: float = 0.05, seed: int = 0,
-            resamples: int = 2000) -> Comparison:
+            resamples: int = 2000, only: tuple[set | None, set | None] = (None, None)) -> Comparison:
+    """``only``: for each cohort, the units its ``git`` term allows (None: no such term)."""
     if kind == "iterations":
-        ca, cb = cohorts.iterations(conn, a, active), cohorts.iterations(conn, b, active)
+        ca, cb = cohorts.iterations(conn, a, active, only[0]), cohorts.iterations(conn, b, active, only[1])
         known = _iteration_metrics(ca, cb)
     else:
         ca, cb = cohorts.trials(conn, a), cohorts.trials(conn, b)

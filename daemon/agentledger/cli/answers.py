@@ -57,11 +57,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if a == b:
         raise UsageError("--a and --b select the same cohort; give B a different selector, e.g. --b rubric=3.0.0")
-    _, conn = read_only(args)
+    cfg, conn = read_only(args)
     try:
         row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
+        only = (_git_units(cfg, conn, a.get("git")), _git_units(cfg, conn, b.get("git")))
         result = compare(conn, args.kind, a, b, active=row[0] if row else None, metrics=args.metric or None,
-                         paired=args.paired, alpha=args.alpha, seed=args.seed)
+                         paired=args.paired, alpha=args.alpha, seed=args.seed, only=only)
     except cohorts.SelectorError as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -74,6 +75,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"agentledger compare: regressed: {names}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _git_units(cfg, conn, spec: str | None) -> set[tuple] | None:
+    """The (source, iteration) units whose commit ``git rev-list SPEC`` lists, in each
+    configured iteration log's repository."""
+    if spec is None:
+        return None
+    from ..sources.git import GitError, GitRepo
+
+    if not cfg.iteration_logs:
+        raise UsageError(f"git={spec} needs the iteration log's repository: pass --iteration-log DIR --repo DIR"
+                         " or configure [[iteration_logs]]")
+    units: set[tuple] = set()
+    for src in cfg.iteration_logs:
+        repo = GitRepo(str(src.repo), src.trunk)
+        try:
+            shas = repo.commits_in(spec)
+            rows = conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?", (src.id,)).fetchall()
+            resolved = repo.resolve([r[1] for r in rows])
+        except GitError as exc:
+            raise UsageError(f"git={spec}: {exc}") from None
+        finally:
+            repo.close()
+        units |= {(src.id, it) for it, commit in rows if resolved[commit].sha in shas}
+    return units
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:

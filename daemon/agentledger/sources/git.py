@@ -5,18 +5,17 @@ two full ``git log master`` passes, show). Here:
 
 * every commit string of a batch is resolved by one ``cat-file --batch-check``;
 * committer times come from one ``log --no-walk --stdin``;
-* the trunk log is streamed lazily and cached per trunk tip: scoring one recent
-  iteration reads only the newest commits; a batch reads the log once;
+* the trunk log is streamed lazily, cached per trunk tip: scoring one recent iteration
+  reads only the newest commits, a batch the log once;
 * changed files for many commits come from one ``git show --name-only``.
 
-Git runs with the user's global and system configuration isolated, so git's
-built-in defaults (rename detection on, C-quoted paths) hold as the
-reference's scores assume.
+Git runs with the user's global and system configuration isolated, so its built-in
+defaults (rename detection on, C-quoted paths) hold as the reference's scores assume.
 
-The configured repository, and only it, is trusted whoever owns it (``safe.directory``
-on the command line: a service user scores other users' repositories, which git refuses
-as "dubious ownership"); the settings by which a repository's own config could run a
-program are overridden on the same command line (``TRUST``), and every command is read-only.
+The configured repository, and only it, is trusted whoever owns it (``safe.directory``:
+a service user scores other users' repositories, which git refuses as "dubious
+ownership"); the settings by which a repository's own config could run a program are
+overridden on the command line (``TRUST``); every command is read-only.
 """
 
 from __future__ import annotations
@@ -47,9 +46,7 @@ class GitError(AgentledgerError):
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(_ENV_OVERRIDES)
-    return env
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **_ENV_OVERRIDES}
 
 
 @dataclass(frozen=True)
@@ -409,6 +406,10 @@ class GitRepo:
         if pos is None:
             return LandedFacts(raw=raw, resolved=sha)
         return LandedFacts(raw=raw, resolved=sha, reachable=True, reverted_by=log.first_revert(sha, pos))
+
+    def commits_in(self, spec: str) -> set[str]:
+        """``git rev-list SPEC`` (``A..B``, a branch); the user's text, never an option."""
+        return set(self._run("rev-list", "--end-of-options", spec, "--", check=True).stdout.decode("ascii").split())
 
     def is_ancestor(self, old: str, new: str) -> bool:
         return self._run("merge-base", "--is-ancestor", old, new).returncode == 0
