@@ -307,3 +307,36 @@ def test_a_git_range_selects_the_iterations_whose_commit_it_lists(scored, tmp_pa
     trap = tmp_path / "written-by-git"
     code, _, err = run_cli("compare", "--a", f"git=--output={trap}", "--b", "git=HEAD", *scored)
     assert code == 2 and len(err.strip().splitlines()) == 1 and not trap.exists()
+
+
+def test_annotated_trajectories_by_task_group_on_the_real_fixtures(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    from tests.conftest import need_fixtures
+
+    ann = tmp_path / "ann"
+    shutil.copytree(need_fixtures() / "annotated", ann, ignore=shutil.ignore_patterns("*.json", "PROVENANCE*"))
+    args = ["--annotations", str(ann), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, err = run_cli("compare", "annotations", "--a", "group=TASK_TYPE.ARC", "--b", "group=TASK_TYPE.ARC3",
+                             "--json", *args)
+    assert code == 0, err
+    data = json.loads(out)
+    by = {r["metric"]: r for r in data["results"]}
+    with sqlite3.connect(tmp_path / "l.sqlite") as c:
+        for group, key in (("TASK_TYPE.ARC", "value_a"), ("TASK_TYPE.ARC3", "value_b")):
+            mean = c.execute("SELECT avg(coalesce(score_norm, score)) FROM trajectories WHERE task_group = ?",
+                             (group,)).fetchone()[0]
+            assert by["score"][key] == pytest.approx(mean, rel=1e-12)
+        counts = [c.execute("SELECT count(*), sum(failure_mode = 'timeout') FROM trajectories WHERE task_group = ?",
+                            (g,)).fetchone() for g in ("TASK_TYPE.ARC", "TASK_TYPE.ARC3")]
+    (n1, k1), (n2, k2) = counts
+    timeout = by["failure_mode:timeout"]
+    assert (timeout["n_a"], timeout["n_b"]) == (n1, n2) and timeout["test"] == "Fisher exact"
+
+    def prob(k: int) -> float:  # the hypergeometric probability of k timeouts in the first group
+        return math.comb(n1, k) * math.comb(n2, k1 + k2 - k) / math.comb(n1 + n2, k1 + k2)
+
+    want = sum(prob(k) for k in range(0, min(n1, k1 + k2) + 1) if prob(k) <= prob(k1) * (1 + 1e-7))
+    assert timeout["p"] == pytest.approx(want, rel=1e-9)

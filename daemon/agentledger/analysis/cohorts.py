@@ -8,7 +8,8 @@ the active one), ``session``, ``task``, ``model`` and ``agent`` (the record's
 a branch: the iterations whose commit ``git rev-list`` lists; the caller resolves it and
 passes the units). Trials: ``run``, ``variant``, ``model``,
 ``stimulus``, ``eval``, ``experiment``, ``source``, ``since``/``until`` (when the
-trial was recorded). A unit is an iteration (``source``, ``iteration``) or a trial's
+trial was recorded). Annotated trajectories: ``group`` (the task group), ``task``,
+``verdict``, ``failure_mode``, ``format``, ``source``, ``path`` (a glob), ``since``/``until``. A unit is an iteration (``source``, ``iteration``) or a trial's
 stimulus (``eval``, ``stimulus``): units that two cohorts share pair them.
 """
 
@@ -22,6 +23,7 @@ KEYS = {
     "iterations": ("since", "until", "rubric", "session", "task", "model", "agent", "label", "source", "iterations",
                    "git"),
     "trials": ("run", "variant", "model", "stimulus", "eval", "experiment", "source", "since", "until"),
+    "annotations": ("group", "task", "verdict", "failure_mode", "format", "source", "path", "since", "until"),
 }
 
 
@@ -156,3 +158,35 @@ def trials(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
             if value is not None:
                 cohort.values.setdefault(name, {}).setdefault(unit, []).append(float(value))
     return cohort
+
+
+def annotations(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
+    """Annotated trajectories: a unit is a task id (its path when it has none); metrics
+    are the score (normalised to 0–1), iterations, wall time, and one pass/fail share
+    per failure mode (``failure_mode:NAME``)."""
+    where, args = _where(sel, {"group": "a.task_group", "task": "a.task_id", "verdict": "a.verdict",
+                               "failure_mode": "a.failure_mode", "format": "a.format_version",
+                               "source": "a.source"}, "e.recorded_at")
+    if "path" in sel:
+        where.append("a.path GLOB ?")
+        args.append(sel["path"])
+    cohort = Cohort(sel)
+    rows = conn.execute(
+        "SELECT coalesce(a.task_id, a.path), coalesce(a.score_norm, a.score), a.iterations, a.wall_time_ms,"
+        " a.failure_mode FROM trajectories a JOIN events e ON e.seq = a.seq"
+        f" WHERE {' AND '.join(where)} ORDER BY 1, a.path", args).fetchall()
+    modes = [r[0] for r in conn.execute("SELECT DISTINCT failure_mode FROM trajectories WHERE failure_mode"
+                                        " IS NOT NULL AND failure_mode <> '' ORDER BY 1")]  # both cohorts' list
+    seen: set[tuple] = set()
+    for task, score, iterations_, wall, mode in rows:
+        unit = (task,)
+        if unit not in seen:
+            seen.add(unit)
+            cohort.units.append(unit)
+        for name, value in (("score", score), ("iterations", iterations_), ("wall_time_ms", wall)):
+            if isinstance(value, (int, float)):
+                cohort.values.setdefault(name, {}).setdefault(unit, []).append(float(value))
+        for m in modes:
+            cohort.values.setdefault(f"failure_mode:{m}", {}).setdefault(unit, []).append(float(mode == m))
+    return cohort
+

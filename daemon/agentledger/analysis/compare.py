@@ -39,6 +39,13 @@ TRIAL_METRICS = (
 )
 
 
+ANNOTATION_METRICS = (
+    Metric("score", "score (0–1)", True, False),
+    Metric("iterations", "iterations", False, False),
+    Metric("wall_time_ms", "wall time (ms)", False, False),
+)
+
+
 @dataclass
 class Result:
     metric: str
@@ -86,6 +93,12 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
     if kind == "iterations":
         ca, cb = cohorts.iterations(conn, a, active, only[0]), cohorts.iterations(conn, b, active, only[1])
         known = _iteration_metrics(ca, cb)
+    elif kind == "annotations":
+        ca, cb = cohorts.annotations(conn, a), cohorts.annotations(conn, b)
+        seen = {k for c in (ca, cb) for k, by_unit in c.values.items()
+                if k.startswith("failure_mode:") and any(any(v) for v in by_unit.values())}
+        known = [*ANNOTATION_METRICS, *[Metric(k, f"failure mode {k.split(':', 1)[1]} (share)", False, True)
+                                        for k in sorted(seen)]]
     else:
         ca, cb = cohorts.trials(conn, a), cohorts.trials(conn, b)
         known = list(TRIAL_METRICS)

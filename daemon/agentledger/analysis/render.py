@@ -42,9 +42,10 @@ def _cohort(sel: dict[str, str]) -> str:
 
 
 def heading(c: Comparison) -> str:
-    unit = "iteration" if c.kind == "iterations" else "stimulus"
+    unit, units = {"iterations": ("iteration", "iterations"), "trials": ("stimulus", "stimuli"),
+                   "annotations": ("task", "tasks")}[c.kind]
     how = f"paired by {unit}: {c.pairs:,} in both" if c.paired else "independent cohorts"
-    return (f"A = {_cohort(c.a)} ({c.units_a:,} {c.kind if c.kind == 'iterations' else 'stimuli'}); "
+    return (f"A = {_cohort(c.a)} ({c.units_a:,} {units}); "
             f"B = {_cohort(c.b)} ({c.units_b:,}); {how}; Holm-adjusted at alpha {c.alpha:g}; seed {c.seed}")
 
 

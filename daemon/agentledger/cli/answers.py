@@ -12,8 +12,9 @@ def add_commands(cmd) -> None:
     p = cmd("compare", "Compare two cohorts (A, the baseline, and B) metric by metric: the difference with a 95 %"
                        " interval, a p-value from the right test, and a verdict (improved / regressed / no"
                        " detectable change).")
-    p.add_argument("kind", nargs="?", choices=("iterations", "trials"), default="iterations",
-                   help="iterations (scores and signals; default) or trials (vally: pass rates, tokens, …)")
+    p.add_argument("kind", nargs="?", choices=("iterations", "trials", "annotations"), default="iterations",
+                   help="iterations (scores and signals; default), trials (vally: pass rates, tokens, …) or"
+                        " annotations (annotated trajectories: scores, failure modes)")
     p.add_argument("--a", dest="a", action="append", default=[], metavar="KEY=VALUE",
                    help="the baseline cohort's selector (repeatable; e.g. rubric=2.1.0, since=2026-06-01,"
                         " variant=baseline); none: everything")
