@@ -340,3 +340,60 @@ def test_annotated_trajectories_by_task_group_on_the_real_fixtures(tmp_path: Pat
 
     want = sum(prob(k) for k in range(0, min(n1, k1 + k2) + 1) if prob(k) <= prob(k1) * (1 + 1e-7))
     assert timeout["p"] == pytest.approx(want, rel=1e-9)
+
+
+# -- cost -------------------------------------------------------------------------------------------
+def test_prices_from_an_override_file_by_hand_and_unpriced_is_never_zero(tmp_path: Path) -> None:
+    from agentledger.analysis.cost import Prices, PricesError, Tokens
+
+    f = tmp_path / "prices.toml"
+    f.write_text('[models."mine"]\ninput = 2.0\noutput = 10.0\ncache_read = 0.2\ncache_write_5m = 2.5\n'
+                 'cache_write_1h = 4.0\n[models."no-cache"]\ninput = 1.0\noutput = 1.0\n')
+    p = Prices.load(f)
+    # 1,000 uncached input, 500 output, 2,000 cache reads, 300 + 200 cache writes
+    t = Tokens(input=3500, output=500, cache_read=2000, cache_write_5m=300, cache_write_1h=200)
+    assert p.cost("mine", t) == pytest.approx((1000 * 2.0 + 500 * 10.0 + 2000 * 0.2 + 300 * 2.5 + 200 * 4.0) / 1e6)
+    assert p.cost("no-cache", t) is None  # cache reads it has no price for: unpriced, not cheaper
+    assert p.cost("no-cache", Tokens(100, 50)) == pytest.approx(150 / 1e6)
+    assert p.cost("a-model-nobody-prices", Tokens(100, 50)) is None
+    for bad in ('[models."x"]\ninput = -1\n', '[models."x"]\nspeed = 1\n', "prices = 3\n", "[models\n"):
+        f.write_text(bad)
+        with pytest.raises(PricesError):
+            Prices.load(f)
+
+
+def test_the_real_trial_costs_what_the_published_prices_say(tmp_path: Path) -> None:
+    """claude-opus-4.6 at $5 input, $25 output, $0.50 cache read, $6.25 5-minute cache write
+    per million tokens (the trial's cache writes are 5-minute ones: vally does not say)."""
+    import shutil
+
+    from tests.conftest import need_fixtures
+
+    run = tmp_path / "out" / "r" / "baseline"
+    run.mkdir(parents=True)
+    shutil.copy(need_fixtures() / "vally" / "baseline__results.first-record.jsonl", run / "results.jsonl")
+    with open(run / "results.jsonl", "ab") as fh:
+        fh.write(synth.vally_trial_line(3, variant="baseline"))  # model-0: no price anywhere
+    args = ["--vally", str(tmp_path / "out"), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", *args)[0] == 0
+    want = (78796 - 64955 - 13833) * 5 / 1e6 + 822 * 25 / 1e6 + 64955 * 0.5 / 1e6 + 13833 * 6.25 / 1e6
+    code, out, err = run_cli("cost", "--by", "model", "--json", *args)
+    assert code == 0, err
+    lines = {x["group"]: x for x in json.loads(out)}
+    assert lines["claude-opus-4.6"]["usd"] == pytest.approx(want, abs=1e-6)
+    assert lines["model-0"]["usd"] is None and lines["model-0"]["unpriced"] == 1
+    text = run_cli("cost", "--by", "model", *args)[1]
+    assert "unpriced" in text and "1 unpriced trial(s)" in text
+    # your own price wins over the database
+    (tmp_path / "p.toml").write_text('[models."model-0"]\ninput = 1.0\noutput = 2.0\ncache_read = 0.1\n'
+                                     'cache_write_5m = 1.25\n')
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[cost]\nprices = "{tmp_path / "p.toml"}"\n')
+    lines = {x["group"]: x for x in json.loads(run_cli("--config", str(cfg), "cost", "--by", "model", "--json",
+                                                       *args)[1])}
+    rec = json.loads(synth.vally_trial_line(3))["trajectory"]["metrics"]["tokenUsage"]
+    assert lines["model-0"]["usd"] == pytest.approx(((rec["inputTokens"] - 500 - 100) * 1.0 + 800 * 2.0 + 500 * 0.1
+                                                     + 100 * 1.25) / 1e6, abs=1e-6)
+    cfg.write_text(f'[cost]\nprices = "{tmp_path / "missing.toml"}"\n')
+    code, _, err = run_cli("--config", str(cfg), "cost", *args)
+    assert code == 2 and "cannot read the price file" in err and len(err.strip().splitlines()) == 1

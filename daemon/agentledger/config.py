@@ -115,6 +115,14 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True)
+class CostConfig:
+    # A TOML file of prices that win over the price database (genai-prices), USD per
+    # million tokens by model: [models."my-model"] input = 3.0, output = 15.0, cache_read,
+    # cache_write_5m, cache_write_1h. Empty: the database alone.
+    prices: str = ""
+
+
+@dataclass(frozen=True)
 class ShipDestination:
     """A team ledger (PostgreSQL) this ledger's events are shipped to. The URL may hold a
     password; ``label`` never does."""
@@ -146,6 +154,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     ship: tuple[ShipDestination, ...] = ()
     iteration_logs: tuple[IterationLogSource, ...] = ()
     vally: tuple[VallySource, ...] = ()
@@ -161,7 +170,7 @@ class Config:
 
 
 _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
-             "daemon": DaemonConfig, "limits": LimitsConfig, "ledger": LedgerConfig}
+             "daemon": DaemonConfig, "limits": LimitsConfig, "ledger": LedgerConfig, "cost": CostConfig}
 _CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
             ("sidecars", "fsync"): ("auto", "always", "never"),
             ("daemon", "log_format"): ("auto", "json", "console")}

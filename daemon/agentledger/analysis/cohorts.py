@@ -62,6 +62,7 @@ class Cohort:
     units: list[tuple] = field(default_factory=list)
     values: dict[str, dict[tuple, list[float]]] = field(default_factory=dict)
     rubric: str | None = None
+    unpriced: int = 0  # trials whose model has no price
 
 
 def _where(sel: dict[str, str], equal: dict[str, str], when: str) -> tuple[list[str], list]:
@@ -138,26 +139,37 @@ TRIAL_METRICS = {  # name -> SQL over a trials row
 }
 
 
-def trials(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
+def trials(conn: sqlite3.Connection, sel: dict[str, str], prices=None) -> Cohort:
+    """``prices`` (``cost.Prices``): also each trial's cost, where its model is priced."""
     where, args = _where(sel, {"run": "t.run_id", "variant": "t.variant", "model": "t.model",
                                "stimulus": "t.stimulus", "eval": "t.eval_name", "source": "t.source",
                                "experiment": "r.experiment"}, "e.recorded_at")
     cols = ", ".join(TRIAL_METRICS.values())
-    sql = (f"SELECT t.eval_name, t.stimulus, {cols} FROM trials t JOIN events e ON e.seq = t.seq"
+    sql = (f"SELECT t.eval_name, t.stimulus, {cols}, t.model, t.input_tokens, t.output_tokens, t.cache_read_tokens,"
+           f" t.cache_write_tokens, e.recorded_at FROM trials t JOIN events e ON e.seq = t.seq"
            " LEFT JOIN runs r ON r.source = t.source AND r.run_dir = t.run_dir"
            f" WHERE {' AND '.join(where)} ORDER BY t.eval_name, t.stimulus, t.trial_index, t.run_id")
     cohort = Cohort(sel)
     names = list(TRIAL_METRICS)
+    if prices is not None:
+        from .cost import trial_cost
     seen = set()
     for row in conn.execute(sql, args):
         unit = (row[0], row[1])
         if unit not in seen:
             seen.add(unit)
             cohort.units.append(unit)
-        for name, value in zip(names, row[2:]):
+        for name, value in zip(names, row[2:2 + len(names)]):
             if value is not None:
                 cohort.values.setdefault(name, {}).setdefault(unit, []).append(float(value))
+        if prices is not None:
+            usd = trial_cost(prices, *row[2 + len(names):])
+            if usd is None:
+                cohort.unpriced += 1
+            else:
+                cohort.values.setdefault("cost_usd", {}).setdefault(unit, []).append(usd)
     return cohort
+
 
 
 def annotations(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:

@@ -36,6 +36,7 @@ TRIAL_METRICS = (
     Metric("duration_ms", "duration (ms)", False, False),
     Metric("turns", "turns", False, False),
     Metric("tool_calls", "tool calls", False, False),
+    Metric("cost_usd", "cost (USD, priced trials)", False, False),
 )
 
 
@@ -77,6 +78,7 @@ class Comparison:
     alpha: float
     seed: int
     results: list[Result] = field(default_factory=list)
+    unpriced: tuple[int, int] = (0, 0)  # trials of each cohort whose model has no price
 
     @property
     def regressed(self) -> list[Result]:
@@ -88,8 +90,10 @@ class Comparison:
 
 def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str, str], *, active: str | None,
             metrics: list[str] | None = None, paired: bool | None = None, alpha: float = 0.05, seed: int = 0,
-            resamples: int = 2000, only: tuple[set | None, set | None] = (None, None)) -> Comparison:
-    """``only``: for each cohort, the units its ``git`` term allows (None: no such term)."""
+            resamples: int = 2000, only: tuple[set | None, set | None] = (None, None),
+            prices=None) -> Comparison:
+    """``only``: for each cohort, the units its ``git`` term allows (None: no such term).
+    ``prices`` (``cost.Prices``): trials get a cost metric."""
     if kind == "iterations":
         ca, cb = cohorts.iterations(conn, a, active, only[0]), cohorts.iterations(conn, b, active, only[1])
         known = _iteration_metrics(ca, cb)
@@ -100,8 +104,8 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
         known = [*ANNOTATION_METRICS, *[Metric(k, f"failure mode {k.split(':', 1)[1]} (share)", False, True)
                                         for k in sorted(seen)]]
     else:
-        ca, cb = cohorts.trials(conn, a), cohorts.trials(conn, b)
-        known = list(TRIAL_METRICS)
+        ca, cb = cohorts.trials(conn, a, prices), cohorts.trials(conn, b, prices)
+        known = [m for m in TRIAL_METRICS if m.name != "cost_usd" or prices is not None]
     if metrics:
         by_name = {m.name: m for m in known}
         missing = [m for m in metrics if m not in by_name]
@@ -113,7 +117,8 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
     smaller = min(len(ca.units), len(cb.units))
     if paired is None:
         paired = smaller > 0 and len(shared) >= PAIR_SHARE * smaller
-    out = Comparison(kind, a, b, len(ca.units), len(cb.units), paired, len(shared) if paired else 0, alpha, seed)
+    out = Comparison(kind, a, b, len(ca.units), len(cb.units), paired, len(shared) if paired else 0, alpha, seed,
+                     unpriced=(ca.unpriced, cb.unpriced))
     diffs = []
     for k, m in enumerate(known):
         va, vb = ca.values.get(m.name, {}), cb.values.get(m.name, {})

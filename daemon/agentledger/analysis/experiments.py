@@ -48,6 +48,8 @@ class VariantRow:
     duration_p50_s: float | None
     duration_p90_s: float | None
     flaky: int
+    cost_usd: float | None = None  # the priced trials' total; None: none priced (or no prices given)
+    unpriced: int = 0
 
 
 @dataclass
@@ -85,7 +87,9 @@ def latest_run(conn: sqlite3.Connection, experiment: str | None = None) -> tuple
     return (row[0], row[1]) if row else None
 
 
-def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, seed: int = 0) -> Experiment:
+def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, seed: int = 0,
+         prices=None) -> Experiment:
+    """``prices`` (``cost.Prices``): each variant's cost, and cost among the deltas."""
     from .compare import compare
 
     name = (conn.execute("SELECT experiment FROM runs WHERE run_id = ? AND experiment <> '' LIMIT 1",
@@ -128,8 +132,16 @@ def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, 
         "SELECT t.variant, g.name, sum(g.passed), count(*) FROM trial_graders g JOIN trials t ON t.source = g.source"
         " AND t.run_dir = g.run_dir AND t.item_id = g.item_id WHERE t.run_id = ? AND g.passed IS NOT NULL"
         " GROUP BY t.variant, g.name ORDER BY t.variant, g.name", (run_id,))]
+    if prices is not None:
+        from .cost import trial_costs
+
+        costs = {line.group: line for line in trial_costs(conn, prices, "variant", run_id)}
+        for row in out.variants:
+            line = costs.get(row.variant)
+            if line is not None:
+                row.cost_usd, row.unpriced = (line.usd if line.priced else None), line.unpriced
     out.deltas = {v: compare(conn, "trials", {"run": run_id, "variant": base}, {"run": run_id, "variant": v},
-                             active=None, seed=seed).as_dict()
+                             active=None, seed=seed, prices=prices).as_dict()
                   for v in variants if v != base}
     return out
 
@@ -180,10 +192,13 @@ def render(exp: Experiment, *, markdown: bool = False) -> str:
     rows = [[v.variant, str(v.stimuli), str(v.trials), f"{v.pass_rate * 100:.1f} %",
              *[_f(v.pass_at.get(k), ".3f") for k in ks],
              f"{v.graders_passed}/{v.graders_total}", f"{_f(v.tokens_p50, ',.0f')} / {_f(v.tokens_p90, ',.0f')}",
-             f"{_f(v.duration_p50_s, '.1f')} / {_f(v.duration_p90_s, '.1f')}", str(v.flaky)]
+             f"{_f(v.duration_p50_s, '.1f')} / {_f(v.duration_p90_s, '.1f')}", str(v.flaky),
+             ("unpriced" if v.cost_usd is None else f"${v.cost_usd:,.4f}") + (f" ({v.unpriced} unpriced)"
+                                                                                 if v.unpriced and v.cost_usd is not None
+                                                                                 else "")]
             for v in exp.variants]
     out += _table(["variant", "stimuli", "trials", "pass rate", *[f"pass@{k}" for k in ks], "graders passed",
-                   "tokens p50 / p90", "duration s p50 / p90", "flaky"], rows, markdown)
+                   "tokens p50 / p90", "duration s p50 / p90", "flaky", "cost"], rows, markdown)
     out += ["", f"{h}per stimulus", ""]
     rows = [[s.variant, s.eval_name, s.stimulus, f"{s.passed}/{s.trials}",
              f"{s.graders_passed}/{s.graders_total}", _f(s.duration_s, ".1f"), _f(s.tokens, ",.0f"),

@@ -54,6 +54,8 @@ def _num(r: Result, v: float, *, signed: bool = False) -> str:
         return "–"
     if r.metric.endswith("rate"):
         return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} %"
+    if r.metric == "cost_usd":
+        return f"{'+' if signed and v >= 0 else '-' if v < 0 else ''}${abs(v):,.4f}"
     if max(abs(r.value_a or 0), abs(r.value_b or 0)) >= 100:
         return f"{v:+,.0f}" if signed else f"{v:,.0f}"
     return f"{v:+.3f}" if signed else f"{v:.3f}"
@@ -88,6 +90,9 @@ def text(c: Comparison) -> str:
             lines.append("  ".join("-" * w for w in widths))
     s = summary(c)
     lines += ["", ", ".join(f"{n} {v}" for v, n in s.items())]
+    if any(c.unpriced):
+        lines.append(f"unpriced trials (no price for their model; [cost] prices adds one): A {c.unpriced[0]:,},"
+                     f" B {c.unpriced[1]:,}")
     return "\n".join(lines)
 
 

@@ -34,6 +34,13 @@ def add_commands(cmd) -> None:
                    help="exit 1 when any metric regressed (for a CI gate)")
     p.set_defaults(func=cmd_compare)
 
+    p = cmd("cost", "What the vally trials cost, from their token counts and a price database (genai-prices, or"
+                    " your [cost] prices file), grouped by day, variant, model, eval, run or trial.")
+    p.add_argument("--by", choices=("day", "variant", "model", "eval", "run", "trial"), default="day")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run's trials")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
     p = cmd("experiment", "A vally experiment run by variant and stimulus: vally's report.md figures, pass@k,"
                           " flaky stimuli, each grader's pass rate, and each variant against the baseline.")
     p.add_argument("--run", metavar="RUN_ID", help="the run (default: the newest experiment run)")
@@ -63,7 +70,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
         only = (_git_units(cfg, conn, a.get("git")), _git_units(cfg, conn, b.get("git")))
         result = compare(conn, args.kind, a, b, active=row[0] if row else None, metrics=args.metric or None,
-                         paired=args.paired, alpha=args.alpha, seed=args.seed, only=only)
+                         paired=args.paired, alpha=args.alpha, seed=args.seed, only=only,
+                         prices=_prices(cfg) if args.kind == "trials" else None)
     except cohorts.SelectorError as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -76,6 +84,49 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"agentledger compare: regressed: {names}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    import json
+
+    from ..analysis.cost import trial_costs
+
+    cfg, conn = read_only(args)
+    try:
+        lines = trial_costs(conn, _prices(cfg), args.by, args.run)
+    finally:
+        conn.close()
+    if args.json:
+        print(json.dumps([{**vars(x), "unpriced": x.unpriced, "usd": round(x.usd, 6) if x.priced else None}
+                          for x in lines], indent=2))
+        return EXIT_OK
+    if not lines:
+        print("no trials" + (f" in run {args.run}" if args.run else "") + " (ingest vally results with --vally DIR)")
+        return EXIT_OK
+    rows = [[x.group, f"{x.trials:,}", f"${x.usd:,.4f}" if x.priced else "unpriced",
+             f"${x.usd / x.priced:,.4f}" if x.priced else "–", f"{x.unpriced:,}", f"{x.input:,}", f"{x.output:,}",
+             f"{x.cache_read:,}", f"{x.cache_write:,}"] for x in lines]
+    headers = [args.by, "trials", "cost", "per priced trial", "unpriced", "input tokens", "output tokens",
+               "cache read", "cache write"]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for k, r in enumerate([headers, *rows]):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+    priced = sum(x.usd for x in lines)
+    unpriced = sum(x.unpriced for x in lines)
+    print(f"\ntotal ${priced:,.4f}" + (f" and {unpriced:,} unpriced trial(s): their model has no price"
+                                       " (add it to your [cost] prices file)" if unpriced else ""))
+    return EXIT_OK
+
+
+def _prices(cfg):
+    from ..analysis.cost import Prices, PricesError
+
+    try:
+        return Prices.load(cfg.cost.prices)
+    except PricesError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _git_units(cfg, conn, spec: str | None) -> set[tuple] | None:
@@ -106,7 +157,7 @@ def _git_units(cfg, conn, spec: str | None) -> set[tuple] | None:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from ..analysis import experiments, render
 
-    _, conn = read_only(args)
+    cfg, conn = read_only(args)
     try:
         run = args.run
         if run is None:
@@ -121,7 +172,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             raise Failure(f"no trials of run {run!r} in this ledger (`agentledger runs` lists the runs)")
         if args.baseline and args.baseline not in variants:
             raise UsageError(f"--baseline {args.baseline}: run {run} has variants {', '.join(variants)}")
-        exp = experiments.load(conn, run, baseline=args.baseline, seed=args.seed)
+        exp = experiments.load(conn, run, baseline=args.baseline, seed=args.seed, prices=_prices(cfg))
     finally:
         conn.close()
     fmt = "json" if args.json else args.format
