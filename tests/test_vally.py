@@ -292,3 +292,30 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, m
     assert len(killed_keys) == len(set(killed_keys))  # no duplicates
     assert killed_keys == clean_keys  # no loss
     assert killed_trials == clean_trials and killed_offset == clean_offset == f.stat().st_size
+
+
+def test_strange_graders_never_cost_a_trial(tmp_path: Path) -> None:
+    """gradeResult.details is read leniently: a string, numbers, nameless graders, a score
+    too large for a float — the trial is ingested, only real graders are kept."""
+    from agentledger.example import synth
+
+    run = tmp_path / "out" / "run-a"
+    run.mkdir(parents=True)
+    shapes = ["not a list", [1, "x", None], [{"name": 5, "passed": True}],
+              [{"name": "huge", "passed": True, "score": 10 ** 400}, {"name": "ok", "passed": False, "score": 0.5}]]
+    lines = []
+    for i, details in enumerate(shapes):
+        rec = json.loads(synth.vally_trial_line(i))
+        rec["gradeResult"]["details"] = details
+        lines.append(json.dumps(rec) + "\n")
+    (run / "results.jsonl").write_text("".join(lines))
+    args = ["--vally", str(tmp_path / "out"), "--db", str(tmp_path / "l.sqlite")]
+    code, _, err = run_cli("ingest", *args)
+    assert code == 0, err
+    rows = json.loads(run_cli("query", "SELECT graders_passed, graders_total FROM trials ORDER BY raw_offset",
+                              "--json", *args)[1])
+    assert [(r["graders_passed"], r["graders_total"]) for r in rows] == [(None, None)] * 3 + [(1, 2)]
+    graders = json.loads(run_cli("query", "SELECT name, passed, score FROM trial_graders ORDER BY ordinal",
+                                 "--json", *args)[1])
+    assert graders == [{"name": "huge", "passed": 1, "score": None}, {"name": "ok", "passed": 0, "score": 0.5}]
+    assert json.loads(run_cli("query", "SELECT count(*) AS n FROM quarantine", "--json", *args)[1])[0]["n"] == 0

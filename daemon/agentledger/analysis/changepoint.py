@@ -13,7 +13,7 @@ the reference from the points after the change. ``bench/bench_detect.py`` prints
 detection rate, delay and false alarms on generated streams against the issue's
 targets; those targets pull against each other (docs/performance.md).
 
-Pure: no I/O, O(1) a point, deterministic.
+Pure: no I/O, O(1) time and memory a point, deterministic.
 """
 
 from __future__ import annotations
@@ -46,23 +46,21 @@ class Detector:
     _m2: float = 0.0
     _up: list[float] = field(default_factory=list)
     _down: list[float] = field(default_factory=list)
-    _up_zero: list[int] = field(default_factory=list)  # the last index each chart stood at zero
-    _down_zero: list[int] = field(default_factory=list)
-    _since: list[float] = field(default_factory=list)  # points since the reference began
+    # per chart: (last index it stood at zero, and the count, sum and sum of squares of
+    # the points since): where a shift began and its mean, in O(1) memory a stream
+    _up_run: list[list] = field(default_factory=list)
+    _down_run: list[list] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._reset(0)
+        self._reset(0, 0, 0.0, 0.0)
 
-    def _reset(self, at: int, keep: list[float] | None = None) -> None:
-        self._ref_n, self._mean, self._m2 = 0, 0.0, 0.0
+    def _reset(self, at: int, n: int, mean: float, m2: float) -> None:
+        """A new reference: ``n`` points already learnt (the ones after a change)."""
+        self._ref_n, self._mean, self._m2 = n, mean, m2
         self._up = [0.0] * len(self.charts)
         self._down = [0.0] * len(self.charts)
-        self._up_zero = [at - 1] * len(self.charts)
-        self._down_zero = [at - 1] * len(self.charts)
-        self._since = []
-        for x in keep or ():
-            self._learn(x)
-            self._since.append(x)
+        self._up_run = [[at - 1, 0, 0.0, 0.0] for _ in self.charts]
+        self._down_run = [[at - 1, 0, 0.0, 0.0] for _ in self.charts]
 
     def _learn(self, x: float) -> None:
         self._ref_n += 1
@@ -78,7 +76,10 @@ class Detector:
         """Feed one point; a ``Detection`` when a sustained shift is noticed at it."""
         i = self._n
         self._n += 1
-        self._since.append(x)
+        for run in (*self._up_run, *self._down_run):
+            run[1] += 1
+            run[2] += x
+            run[3] += x * x
         if self._ref_n < WARMUP:
             self._learn(x)
             return None
@@ -87,21 +88,19 @@ class Detector:
         for c, (k, h) in enumerate(self.charts):
             self._up[c] = max(0.0, self._up[c] + z - k)
             self._down[c] = max(0.0, self._down[c] - z - k)
-            if self._up[c] == 0.0:
-                self._up_zero[c] = i
-            if self._down[c] == 0.0:
-                self._down_zero[c] = i
+            for value, run in ((self._up[c], self._up_run[c]), (self._down[c], self._down_run[c])):
+                if value == 0.0:
+                    run[:] = [i, 0, 0.0, 0.0]
             if hit is None and self._up[c] > h:
-                hit = ("up", self._up_zero[c] + 1)
+                hit = ("up", self._up_run[c])
             elif hit is None and self._down[c] > h:
-                hit = ("down", self._down_zero[c] + 1)
+                hit = ("down", self._down_run[c])
         if hit is None:
             if self._ref_n < REFERENCE:
                 self._learn(x)
             return None
-        direction, start = hit
-        after = self._since[len(self._since) - (i - start + 1):]
-        mean_after = sum(after) / len(after)
-        detection = Detection(i, start, direction, self._mean, mean_after, (mean_after - self._mean) / self.sd)
-        self._reset(i + 1, keep=after)
+        direction, (zero, n, total, squares) = hit
+        after = total / n
+        detection = Detection(i, zero + 1, direction, self._mean, after, (after - self._mean) / self.sd)
+        self._reset(i + 1, n, after, max(squares - total * total / n, 0.0))
         return detection

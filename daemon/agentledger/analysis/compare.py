@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from dataclasses import asdict, dataclass, field
+from statistics import fmean
 
 from . import cohorts, stats
 
@@ -125,8 +126,8 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
         if paired:
             units = sorted(set(va) & set(vb))
             one_each = all(len(va[u]) == 1 and len(vb[u]) == 1 for u in units)
-            xa = [_mean(va[u]) for u in units]
-            xb = [_mean(vb[u]) for u in units]
+            xa = [fmean(va[u]) for u in units]
+            xb = [fmean(vb[u]) for u in units]
             binary = m.binary and one_each  # several trials a stimulus: compare per-stimulus rates
         else:
             xa = [v for u in sorted(va) for v in va[u]]
@@ -154,10 +155,6 @@ def _verdict(m: Metric, d: stats.Difference, p_adjusted: float, alpha: float) ->
     if p_adjusted < alpha and d.delta != 0:
         return "improved" if (d.delta > 0) == m.higher_is_better else "regressed"
     return "no detectable change"
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def _iteration_metrics(a: cohorts.Cohort, b: cohorts.Cohort) -> list[Metric]:

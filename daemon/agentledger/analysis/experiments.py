@@ -60,7 +60,7 @@ class Experiment:
     variants: list[VariantRow] = field(default_factory=list)
     stimuli: list[StimulusRow] = field(default_factory=list)
     graders: list[dict] = field(default_factory=list)  # variant, grader, passed, total
-    deltas: dict[str, dict] = field(default_factory=dict)  # variant -> its comparison with the baseline
+    deltas: dict = field(default_factory=dict)  # variant -> its Comparison with the baseline
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,15 +96,17 @@ def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, 
                          (run_id,)).fetchone() or [""])[0]
     rows = conn.execute(
         "SELECT variant, eval_name, stimulus, passed, graders_passed, graders_total, wall_time_ms, total_tokens,"
-        " turns, tool_calls, model FROM trials WHERE run_id = ? ORDER BY variant, eval_name, stimulus, trial_index,"
+        " turns, tool_calls FROM trials WHERE run_id = ? ORDER BY variant, eval_name, stimulus, trial_index,"
         " item_id", (run_id,)).fetchall()
     variants = sorted({r[0] for r in rows})
     base = baseline or ("baseline" if "baseline" in variants else (variants[0] if variants else ""))
     out = Experiment(run_id, name, base)
     verdicts = _verdicts_across_runs(conn, name, run_id) if name else {}
     groups: dict[tuple[str, str, str], list] = {}
+    per_variant: dict[str, list] = {}
     for r in rows:
         groups.setdefault((r[0], r[1], r[2]), []).append(r)
+        per_variant.setdefault(r[0], []).append(r)
     by_variant: dict[str, list[StimulusRow]] = {}
     for (variant, ev, stim), trials in groups.items():
         seen = {t[3] for t in trials} | verdicts.get((variant, ev, stim), set())
@@ -118,7 +120,7 @@ def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, 
         by_variant.setdefault(variant, []).append(row)
     for variant in variants:
         srows = by_variant[variant]
-        trials = [t for t in rows if t[0] == variant]
+        trials = per_variant[variant]
         ks = sorted({k for s in srows for k in (1, 2, 5, 10) if k <= s.trials})
         tokens = sorted(t[7] for t in trials if t[7] is not None)
         wall = sorted(t[6] / 1000 for t in trials if t[6] is not None)
@@ -141,7 +143,7 @@ def load(conn: sqlite3.Connection, run_id: str, *, baseline: str | None = None, 
             if line is not None:
                 row.cost_usd, row.unpriced = (line.usd if line.priced else None), line.unpriced
     out.deltas = {v: compare(conn, "trials", {"run": run_id, "variant": base}, {"run": run_id, "variant": v},
-                             active=None, seed=seed, prices=prices).as_dict()
+                             active=None, seed=seed, prices=prices)
                   for v in variants if v != base}
     return out
 
@@ -172,18 +174,9 @@ def _f(v: float | None, fmt: str) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
-def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    if markdown:
-        return (["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-                + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows])
-    widths = [max(len(x) for x in col) for col in zip(headers, *rows)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
 def render(exp: Experiment, *, markdown: bool = False) -> str:
-    from .compare import Comparison, Result
     from .render import markdown as compare_markdown
+    from .render import table
     from .render import text as compare_text
 
     h = "### " if markdown else ""
@@ -197,21 +190,20 @@ def render(exp: Experiment, *, markdown: bool = False) -> str:
                                                                                  if v.unpriced and v.cost_usd is not None
                                                                                  else "")]
             for v in exp.variants]
-    out += _table(["variant", "stimuli", "trials", "pass rate", *[f"pass@{k}" for k in ks], "graders passed",
-                   "tokens p50 / p90", "duration s p50 / p90", "flaky", "cost"], rows, markdown)
+    out += table(["variant", "stimuli", "trials", "pass rate", *[f"pass@{k}" for k in ks], "graders passed",
+                  "tokens p50 / p90", "duration s p50 / p90", "flaky", "cost"], rows, markdown=markdown)
     out += ["", f"{h}per stimulus", ""]
     rows = [[s.variant, s.eval_name, s.stimulus, f"{s.passed}/{s.trials}",
              f"{s.graders_passed}/{s.graders_total}", _f(s.duration_s, ".1f"), _f(s.tokens, ",.0f"),
              _f(s.turns, ".0f"), _f(s.tool_calls, ".0f"), "flaky" if s.flaky else ""] for s in exp.stimuli]
-    out += _table(["variant", "eval", "stimulus", "passed", "graders passed", "duration s", "tokens", "turns",
-                   "tool calls", ""], rows, markdown)
+    out += table(["variant", "eval", "stimulus", "passed", "graders passed", "duration s", "tokens", "turns",
+                  "tool calls", ""], rows, markdown=markdown)
     if exp.graders:
         out += ["", f"{h}graders", ""]
-        out += _table(["variant", "grader", "passed"], [[g["variant"], g["grader"], f"{g['passed']}/{g['total']}"
-                                                         f" ({g['passed'] / g['total'] * 100:.0f} %)"]
-                                                        for g in exp.graders], markdown)
-    for variant, d in exp.deltas.items():
-        c = Comparison(**{**d, "results": [Result(**r) for r in d["results"]]})
+        out += table(["variant", "grader", "passed"], [[g["variant"], g["grader"], f"{g['passed']}/{g['total']}"
+                                                        f" ({g['passed'] / g['total'] * 100:.0f} %)"]
+                                                       for g in exp.graders], markdown=markdown)
+    for variant, c in exp.deltas.items():
         out += ["", f"{h}{variant} against {exp.baseline}", ""]
         out.append(compare_markdown(c) if markdown else compare_text(c))
     return "\n".join(out)

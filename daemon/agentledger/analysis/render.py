@@ -78,16 +78,26 @@ def cells(r: Result) -> list[str]:
 
 
 HEADERS = ["metric", "n", "A", "B", "B − A [95 % CI]", "p (adj.)", "verdict", "test"]
+ALIGN = "lrrrrrll"  # Markdown column alignment: figures to the right
+
+
+def table(headers: list[str], rows: list[list[str]], *, markdown: bool = False, align: str = "") -> list[str]:
+    """The lines of a table: aligned columns for a terminal, or Markdown (``align``:
+    an ``l`` or ``r`` a column)."""
+    if markdown:
+        rule = ["---:" if a == "r" else "---" for a in align.ljust(len(headers), "l")]
+        return (["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|"]
+                + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows])
+    widths = [max(len(x) for x in col) for col in zip(headers, *rows)]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
 def text(c: Comparison) -> str:
-    rows = [HEADERS] + [cells(r) for r in c.results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
-    lines = [f"compare {c.kind}: {heading(c)}", ""]
-    for k, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines = [f"compare {c.kind}: {heading(c)}", "", *table(HEADERS, [cells(r) for r in c.results])]
     s = summary(c)
     lines += ["", ", ".join(f"{n} {v}" for v, n in s.items())]
     if any(c.unpriced):
@@ -99,12 +109,12 @@ def text(c: Comparison) -> str:
 def markdown(c: Comparison) -> str:
     s = summary(c)
     verdicts = ", ".join(f"**{n} {v}**" if v in ("improved", "regressed") else f"{n} {v}" for v, n in s.items())
-    lines = [f"### agentledger compare: {c.kind}", "", heading(c), "", verdicts, "",
-             "| " + " | ".join(HEADERS) + " |", "|" + "|".join(["---", "---:", "---:", "---:", "---:", "---:",
-                                                                  "---", "---"]) + "|"]
+    rows = []
     for r in c.results:
-        row = [x.replace("|", "\\|") for x in cells(r)]
+        row = cells(r)
         if r.verdict in ("improved", "regressed"):
             row[6] = f"**{row[6]}**"
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    lines = [f"### agentledger compare: {c.kind}", "", heading(c), "", verdicts, "",
+             *table(HEADERS, rows, markdown=True, align=ALIGN)]
     return "\n".join(lines) + "\n"

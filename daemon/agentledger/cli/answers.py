@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, read_only
+from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -71,7 +71,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         only = (_git_units(cfg, conn, a.get("git")), _git_units(cfg, conn, b.get("git")))
         result = compare(conn, args.kind, a, b, active=row[0] if row else None, metrics=args.metric or None,
                          paired=args.paired, alpha=args.alpha, seed=args.seed, only=only,
-                         prices=_prices(cfg) if args.kind == "trials" else None)
+                         prices=_prices(cfg) if args.kind == "trials" and (not args.metric or "cost_usd" in args.metric)
+                         else None)  # pricing every trial only when its cost is asked for
     except cohorts.SelectorError as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -103,16 +104,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if not lines:
         print("no trials" + (f" in run {args.run}" if args.run else "") + " (ingest vally results with --vally DIR)")
         return EXIT_OK
-    rows = [[x.group, f"{x.trials:,}", f"${x.usd:,.4f}" if x.priced else "unpriced",
-             f"${x.usd / x.priced:,.4f}" if x.priced else "–", f"{x.unpriced:,}", f"{x.input:,}", f"{x.output:,}",
-             f"{x.cache_read:,}", f"{x.cache_write:,}"] for x in lines]
     headers = [args.by, "trials", "cost", "per priced trial", "unpriced", "input tokens", "output tokens",
                "cache read", "cache write"]
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    for k, r in enumerate([headers, *rows]):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
+    table([dict(zip(headers, (x.group, f"{x.trials:,}", f"${x.usd:,.4f}" if x.priced else "unpriced",
+                              f"${x.usd / x.priced:,.4f}" if x.priced else "–", f"{x.unpriced:,}", f"{x.input:,}",
+                              f"{x.output:,}", f"{x.cache_read:,}", f"{x.cache_write:,}"))) for x in lines], headers)
     priced = sum(x.usd for x in lines)
     unpriced = sum(x.unpriced for x in lines)
     print(f"\ntotal ${priced:,.4f}" + (f" and {unpriced:,} unpriced trial(s): their model has no price"

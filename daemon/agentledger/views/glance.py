@@ -78,10 +78,10 @@ def _delta(e, variant: str) -> str:
     d = e.deltas.get(variant)
     if d is None:
         return "baseline" if variant == e.baseline else ""
-    r = next((r for r in d["results"] if r["metric"] == "pass_rate"), None)
-    if r is None or r["delta"] != r["delta"]:
+    r = next((r for r in d.results if r.metric == "pass_rate"), None)
+    if r is None or r.delta != r.delta:
         return "not enough data"
-    return f"{r['delta'] * 100:+.1f} pp, {r['verdict']}"
+    return f"{r.delta * 100:+.1f} pp, {r.verdict}"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

@@ -66,7 +66,7 @@ class GradeResult(_Model):
     model_config = ConfigDict(allow_inf_nan=False)  # merged with _Model's
     passed: bool | None = None
     score: float | None = None
-    details: list[Any] | None = None  # the graders; read leniently (``graders``): their shape varies
+    details: Any = None  # the graders: read leniently (``graders``), a strange shape never quarantines a trial
 
 
 class Experiment(_Model):
@@ -183,15 +183,24 @@ def graders(grade: GradeResult | None) -> list[list]:
     """[name, passed, score] of each top-level grader of a trial (report.md's "graders
     passed"); a detail that is not a grader object is left out."""
     out = []
-    for d in (grade.details or []) if grade else []:
+    details = grade.details if grade is not None and isinstance(grade.details, list) else []
+    for d in details:
         if not isinstance(d, dict) or not isinstance(d.get("name"), str):
             continue
         passed = d.get("passed") if isinstance(d.get("passed"), bool) else None
-        score = d.get("score")
-        score = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) \
-            and math.isfinite(score) else None
-        out.append([d["name"], passed, score])
+        out.append([d["name"], passed, _finite(d.get("score"))])
     return out
+
+
+def _finite(v: object) -> float | None:
+    """A JSON number as a finite float, else None (an integer too large for a float too)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def trajectory_facts(data: bytes, line_offset: int) -> list[list]:
