@@ -244,3 +244,38 @@ def test_concurrent_activations_serialise_and_the_last_one_wins_everywhere(tmp_p
     disk = on_disk(gen.log)
     assert len(disk) >= 40 and all(f"rubric_version: {last}".encode() in b for b in disk.values())
     assert expected_sidecars(db, tmp_path) == (last, disk)
+
+
+def test_a_switch_back_never_reuses_a_score_that_came_in_by_import(tmp_path: Path) -> None:
+    """The attack on the reuse: after an iteration's inputs changed, an import brings back
+    its old score under the rubric being left, whose inputs key matches the stale score
+    under the rubric being switched to. Reusing on that match would write the stale
+    sidecar; an imported score never vouches for anything."""
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "2.1.0")[0] == 0
+    code, out, _ = _cli(cfg, "export", "--type", "score.computed")
+    old = [json.loads(line) for line in out.splitlines()]
+    old = next(e for e in old if e["payload"]["iteration"] == 7 and e["payload"]["rubric_version"] == "2.1.0")
+    p = gen.log / "iter-7.yaml"
+    p.write_text(p.read_text().replace("focused_tests_pass: true", "focused_tests_pass: false", 1))
+    assert _cli(cfg, "ingest")[0] == 0  # scored again under 2.1.0: a new inputs key
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(json.dumps({**old, "idempotency_key": old["idempotency_key"] + "-again"}) + "\n")
+    code, _, err = _cli(cfg, "import", str(forged))
+    assert code == 0, err  # consistent with its own breakdown: accepted, as an imported score
+    with sqlite3.connect(db) as c:
+        key_now = c.execute("SELECT inputs_key FROM scores WHERE iteration = 7 AND rubric_version = '2.1.0'"
+                            ).fetchone()[0]
+        key_30 = c.execute("SELECT inputs_key FROM scores WHERE iteration = 7 AND rubric_version = '3.0.0'"
+                           ).fetchone()[0]
+    assert key_now == key_30  # the trap is set: the imported score's key matches the stale one
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    fresh = tmp_path / "fresh.toml"
+    fresh.write_text(cfg.read_text().replace(str(db), str(tmp_path / "never-left.sqlite"))
+                     .replace('rubric = "2.1.0"', 'rubric = "3.0.0"'))
+    code, out, err = _cli(fresh, "ingest", "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["sidecars_written"], again["sessions_written"]) == (0, 0), again  # iter-7's is current

@@ -36,7 +36,7 @@ class Projector:
         self.conn = conn
         self.queue = queue
         self.touched = Touched()  # since the last flush
-        self.queued = Touched()  # what the last flush queued (the ledger's in-memory view)
+        self.queued = Touched()  # what every flush so far queued (the ledger's in-memory view)
         self.sessions = SessionFamily(conn)
         self.trials = TrialFamily(conn)
         # in dispatch and flush order; sessions last: they summarise what the others wrote
@@ -65,8 +65,7 @@ class Projector:
         rows = self.touched.pending_rows()
         if rows and self.queue:
             self.conn.executemany("INSERT INTO pending (source, kind, key, lo, hi) VALUES (?,?,?,?,?)", rows)
-        self.queued = Touched()
-        self.queued.merge(self.touched)
+        self.queued.merge(self.touched)  # a batch flushed part-way (import) still reports all it touched
         self.touched.clear()
         for family in self.families:
             family.flush()
