@@ -30,7 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "output": {"reference", "process", "scoring"},
     "sources": {"config", "reference", "model", "output", "scoring", "store.events"},
     "store": {"model", "output", "paths", "scoring", "sources.annotations"},
-    "ledger": {"config", "model", "output", "paths", "process", "scoring", "sources", "store"},
+    "ledger": {"analysis", "config", "model", "output", "paths", "process", "scoring", "sources", "store"},
     "views": {"analysis", "scoring", "store"},
     "analysis": {"scoring"},
     "central": {"config", "paths", "redact", "scoring", "views"},

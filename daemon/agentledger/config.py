@@ -123,6 +123,15 @@ class CostConfig:
 
 
 @dataclass(frozen=True)
+class DetectConfig:
+    enabled: bool = True  # watch every score and trial stream for a sustained shift
+    # run with each detection's JSON on stdin (split like a shell line, never run by a
+    # shell); empty: none. Killed with its process group after timeout_seconds.
+    command: str = ""
+    timeout_seconds: int = 10
+
+
+@dataclass(frozen=True)
 class ShipDestination:
     """A team ledger (PostgreSQL) this ledger's events are shipped to. The URL may hold a
     password; ``label`` never does."""
@@ -155,6 +164,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    detect: DetectConfig = field(default_factory=DetectConfig)
     ship: tuple[ShipDestination, ...] = ()
     iteration_logs: tuple[IterationLogSource, ...] = ()
     vally: tuple[VallySource, ...] = ()
@@ -170,7 +180,8 @@ class Config:
 
 
 _SECTIONS = {"store": StoreConfig, "scoring": ScoringConfig, "sidecars": SidecarsConfig,
-             "daemon": DaemonConfig, "limits": LimitsConfig, "ledger": LedgerConfig, "cost": CostConfig}
+             "daemon": DaemonConfig, "limits": LimitsConfig, "ledger": LedgerConfig, "cost": CostConfig,
+             "detect": DetectConfig}
 _CHOICES = {("store", "synchronous"): ("OFF", "NORMAL", "FULL", "EXTRA"),
             ("sidecars", "fsync"): ("auto", "always", "never"),
             ("daemon", "log_format"): ("auto", "json", "console")}

@@ -1,36 +1,53 @@
 """Online change-point detection for a score stream: a sustained shift of the mean,
 up or down, noticed while it happens.
 
-Two two-sided CUSUM charts on the standardised stream run side by side: one tuned to a
-shift of 1 standard deviation (reference k = 0.5, threshold 8), one to half that (k =
-0.25, threshold 16); either crossing its threshold is a detection. The reference mean
-and standard deviation are estimated from the stream itself: from the first
-``WARMUP`` observations after a start or a detection, refined until ``REFERENCE``
-observations, then fixed. A detection names where the shift began (the last point its
-chart stood at zero, the classical CUSUM estimate), its size (the mean since then
-against the reference, also in standard deviations) and its direction, and restarts
-the reference from the points after the change. ``bench/bench_detect.py`` prints
-detection rate, delay and false alarms on generated streams against the issue's
-targets; those targets pull against each other (docs/performance.md).
+Two two-sided CUSUM charts run side by side, one tuned to a shift of 1 standard
+deviation, one to half that; either crossing its threshold is a detection. A stream of
+numbers is standardised by a mean and SD the detector learns itself (charts k = 0.5,
+h = 8 and k = 0.25, h = 16 on z-scores). A stream of pass/fail (``binary``) is not
+standardised: one failure at a 97 % pass rate is a z of −5.7 and would trip a z chart
+within three failures, so its charts add the Bernoulli log-likelihood ratio of the
+learnt rate against the rate shifted by 1 and 0.5 SD (threshold ``BINARY_H``, which
+keeps false alarms near 1 in 10,000 from a 50 % to a 97 % pass rate); a value between
+0 and 1 counts as that share of a pass (partial credit). ``binary=None`` decides at the
+end of the warm-up: a stream inside [0, 1] whose spread is nearly that of a pass/fail
+stream of its mean (a signal that is 1 but for the odd 0 or 0.5) is judged as one.
 
-Pure: no I/O, O(1) time and memory a point, deterministic.
+The reference is learnt from the first ``WARMUP`` observations after a start or a
+detection, refined until ``REFERENCE`` observations, then fixed. A detection names
+where the shift began (the last point its chart stood at zero, the classical CUSUM
+estimate), its size (the mean since then against the reference, also in standard
+deviations) and its direction, and restarts the reference from the points after the
+change. ``bench/bench_detect.py`` prints detection rate, delay and false alarms on
+generated streams against the issue's targets; those targets pull against each other
+(docs/performance.md).
+
+Pure: no I/O, O(1) time and memory a point, deterministic; ``state()`` and
+``Detector.restore`` carry it across processes (the ledger keeps it beside the
+position it has read to).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 CHARTS = ((0.5, 8.0), (0.25, 16.0))  # (k, h) in standard deviations
+BINARY_SHIFTS = (1.0, 0.5)  # the alternatives of the pass/fail charts, in SDs of the learnt rate
+BINARY_H = 9.5
+NEAR_BINARY = 0.8  # SD / sqrt(mean · (1 − mean)) from which a [0, 1] stream counts as pass/fail
 WARMUP = 100
 REFERENCE = 5000
 MIN_SD = 1e-6  # a constant stream has no spread to standardise by: any move is a change
+CLIP = 4.0  # |z| beyond this counts as this: one wild point is not a sustained shift
 
 
 @dataclass(frozen=True)
 class Detection:
     index: int  # the point at which it was noticed
     start: int  # where the shift began (its first point)
+    start_label: Any  # the label the caller gave that point (None: none given)
     direction: str  # "up" | "down"
     before: float  # the reference mean
     after: float  # the mean from ``start`` to ``index``
@@ -39,28 +56,50 @@ class Detection:
 
 @dataclass
 class Detector:
-    charts: tuple[tuple[float, float], ...] = CHARTS
+    binary: bool | None = False  # None: decide at the end of the warm-up
     _n: int = 0  # points seen
     _ref_n: int = 0
     _mean: float = 0.0
     _m2: float = 0.0
+    # per chart: the up and down sums, and for each (the last index it stood at zero, the
+    # label of the point after it, and the count, sum and sum of squares of the points
+    # since): where a shift began and its mean, in O(1) memory a stream
     _up: list[float] = field(default_factory=list)
     _down: list[float] = field(default_factory=list)
-    # per chart: (last index it stood at zero, and the count, sum and sum of squares of
-    # the points since): where a shift began and its mean, in O(1) memory a stream
     _up_run: list[list] = field(default_factory=list)
     _down_run: list[list] = field(default_factory=list)
+    _lo: float | None = None  # the warm-up's smallest and largest values (for binary=None)
+    _hi: float | None = None
 
     def __post_init__(self) -> None:
-        self._reset(0, 0, 0.0, 0.0)
+        if not self._up:
+            self._reset(0, 0, 0.0, 0.0)
+
+    def state(self) -> dict[str, Any]:
+        return {"binary": self.binary, "n": self._n, "ref_n": self._ref_n, "mean": self._mean, "m2": self._m2,
+                "up": self._up, "down": self._down, "up_run": self._up_run, "down_run": self._down_run,
+                "lo": self._lo, "hi": self._hi}
+
+    @classmethod
+    def restore(cls, s: dict[str, Any]) -> Detector:
+        return cls(None if s["binary"] is None else bool(s["binary"]), int(s["n"]), int(s["ref_n"]),
+                   float(s["mean"]), float(s["m2"]), [float(v) for v in s["up"]], [float(v) for v in s["down"]],
+                   [list(r) for r in s["up_run"]], [list(r) for r in s["down_run"]], s.get("lo"), s.get("hi"))
 
     def _reset(self, at: int, n: int, mean: float, m2: float) -> None:
         """A new reference: ``n`` points already learnt (the ones after a change)."""
         self._ref_n, self._mean, self._m2 = n, mean, m2
-        self._up = [0.0] * len(self.charts)
-        self._down = [0.0] * len(self.charts)
-        self._up_run = [[at - 1, 0, 0.0, 0.0] for _ in self.charts]
-        self._down_run = [[at - 1, 0, 0.0, 0.0] for _ in self.charts]
+        charts = len(BINARY_SHIFTS if self.binary else CHARTS)
+        self._up = [0.0] * charts
+        self._down = [0.0] * charts
+        self._up_run = [[at - 1, None, 0, 0.0, 0.0] for _ in range(charts)]
+        self._down_run = [[at - 1, None, 0, 0.0, 0.0] for _ in range(charts)]
+
+    def _decide(self) -> None:
+        m, lo, hi = self._mean, self._lo, self._hi
+        spread = math.sqrt(max(m * (1 - m), 0.0))
+        self.binary = lo is not None and hi is not None and lo >= 0.0 and hi <= 1.0 and (
+            spread < 1e-9 or self.sd >= NEAR_BINARY * spread)
 
     def _learn(self, x: float) -> None:
         self._ref_n += 1
@@ -69,28 +108,56 @@ class Detector:
         self._m2 += d * (x - self._mean)
 
     @property
+    def mean(self) -> float:
+        return self._mean
+
+    @property
     def sd(self) -> float:
         return max(math.sqrt(self._m2 / (self._ref_n - 1)), MIN_SD) if self._ref_n > 1 else MIN_SD
 
-    def add(self, x: float) -> Detection | None:
-        """Feed one point; a ``Detection`` when a sustained shift is noticed at it."""
+    def _steps(self, x: float) -> list[tuple[float, float, float]]:
+        """Each chart's (up increment, down increment, threshold) for ``x``."""
+        if not self.binary:
+            z = min(max((x - self._mean) / self.sd, -CLIP), CLIP)
+            return [(z - k, -z - k, h) for k, h in CHARTS]
+        n = self._ref_n
+        p0 = min(max(self._mean, 0.5 / n), 1 - 0.5 / n)  # never certain: a first failure is news, not infinity
+        sd = math.sqrt(p0 * (1 - p0))
+        x = min(max(x, 0.0), 1.0)
+        out = []
+        for shift in BINARY_SHIFTS:
+            up, down = min(p0 + shift * sd, 0.999), max(p0 - shift * sd, 0.001)
+            out.append((x * math.log(up / p0) + (1 - x) * math.log((1 - up) / (1 - p0)),
+                        x * math.log(down / p0) + (1 - x) * math.log((1 - down) / (1 - p0)), BINARY_H))
+        return out
+
+    def add(self, x: float, label: Any = None) -> Detection | None:
+        """Feed one point (``label``: how the caller names it, JSON-able, handed back as
+        a detection's ``start_label``); a ``Detection`` when a sustained shift is
+        noticed at it."""
         i = self._n
         self._n += 1
         for run in (*self._up_run, *self._down_run):
-            run[1] += 1
-            run[2] += x
-            run[3] += x * x
+            if not run[2]:
+                run[1] = label
+            run[2] += 1
+            run[3] += x
+            run[4] += x * x
         if self._ref_n < WARMUP:
             self._learn(x)
+            if self.binary is None:
+                self._lo = x if self._lo is None else min(self._lo, x)
+                self._hi = x if self._hi is None else max(self._hi, x)
+                if self._ref_n == WARMUP:
+                    self._decide()
             return None
-        z = (x - self._mean) / self.sd
         hit = None
-        for c, (k, h) in enumerate(self.charts):
-            self._up[c] = max(0.0, self._up[c] + z - k)
-            self._down[c] = max(0.0, self._down[c] - z - k)
+        for c, (up, down, h) in enumerate(self._steps(x)):
+            self._up[c] = max(0.0, self._up[c] + up)
+            self._down[c] = max(0.0, self._down[c] + down)
             for value, run in ((self._up[c], self._up_run[c]), (self._down[c], self._down_run[c])):
                 if value == 0.0:
-                    run[:] = [i, 0, 0.0, 0.0]
+                    run[:] = [i, None, 0, 0.0, 0.0]
             if hit is None and self._up[c] > h:
                 hit = ("up", self._up_run[c])
             elif hit is None and self._down[c] > h:
@@ -99,8 +166,9 @@ class Detector:
             if self._ref_n < REFERENCE:
                 self._learn(x)
             return None
-        direction, (zero, n, total, squares) = hit
+        direction, (zero, start_label, n, total, squares) = hit
         after = total / n
-        detection = Detection(i, zero + 1, direction, self._mean, after, (after - self._mean) / self.sd)
+        detection = Detection(i, zero + 1, start_label, direction, self._mean, after,
+                              (after - self._mean) / self.sd)
         self._reset(i + 1, n, after, max(squares - total * total / n, 0.0))
         return detection

@@ -1,11 +1,12 @@
-"""Commands that answer "did it get better?": ``compare``, ``experiment``."""
+"""Commands that answer "did it get better?": ``compare``, ``experiment``, ``cost``,
+``detections``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, read_only, table
+from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, count, read_only, table
 
 
 def add_commands(cmd) -> None:
@@ -51,6 +52,14 @@ def add_commands(cmd) -> None:
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     p.add_argument("--json", action="store_true", help="the same as --format json")
     p.set_defaults(func=cmd_experiment)
+
+    p = cmd("detections", "The regressions and improvements the ledger noticed while they happened (a sustained"
+                          " shift of a score, signal or pass-rate stream), newest first: where each began, its size,"
+                          " the signals that moved and what changed at that point.")
+    p.add_argument("--kind", choices=("regression", "improvement"), help="only these")
+    p.add_argument("--limit", type=count, default=20, help="how many (default 20; 0: all)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_detections)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -113,6 +122,26 @@ def cmd_cost(args: argparse.Namespace) -> int:
     unpriced = sum(x.unpriced for x in lines)
     print(f"\ntotal ${priced:,.4f}" + (f" and {unpriced:,} unpriced trial(s): their model has no price"
                                        " (add it to your [cost] prices file)" if unpriced else ""))
+    return EXIT_OK
+
+
+def cmd_detections(args: argparse.Namespace) -> int:
+    import json
+
+    from ..analysis import detections
+
+    _, conn = read_only(args)
+    try:
+        rows = detections.latest(conn, args.limit, kind=args.kind)
+    finally:
+        conn.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no regressions or improvements noticed" + (f" of kind {args.kind}" if args.kind else "")
+              + " (each score, signal and pass-rate stream is watched from its 100th point on)")
+    for d in [] if args.json else rows:
+        print(f"#{d['seq']} {d['recorded_at'][:19]}  {detections.sentence(d)}")
     return EXIT_OK
 
 

@@ -166,7 +166,7 @@ def progress_bar(label: str = "scoring"):
 
 def outcome_dict(report) -> dict:
     out = {k: getattr(report, k) for k in ("events", "quarantined", "files_read", "scored", "unchanged",
-                                           "sidecars_written", "sessions_written", "errors")}
+                                           "sidecars_written", "sessions_written", "detections", "errors")}
     out["sidecars_not_written"] = {**report.unwritten}
     return out
 

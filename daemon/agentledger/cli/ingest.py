@@ -95,6 +95,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         ledger.ensure_rubric()
         try:
             report.add(ledger.score(src, [n]))
+            report.add(ledger.detect())
         except SourceError as exc:
             print(f"agentledger: error: {exc}", file=sys.stderr)
             return EXIT_FAIL

@@ -64,6 +64,8 @@ def add_commands(cmd) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from ..analysis import detections
+
     cfg, conn = read_only(args)
 
     def one(sql: str, *a):
@@ -86,6 +88,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "trajectories": one("SELECT count(*) FROM trajectories"),
         "quarantined": one("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL"),
         "sidecars_not_written": one("SELECT count(*) FROM sidecar_problems"),
+        "detections": detections.count(conn),
+        "latest_detections": detections.latest(conn, 3),
         "last_event": dict(last) if last else None,
         "sources": [_source_status(conn, dict(r)) for r in conn.execute(
             "SELECT source, kind, root, repo, trunk, seen_at FROM sources ORDER BY kind, source")],
@@ -116,6 +120,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"quarantined   {data['quarantined']}" + ("  (see `agentledger quarantine`)" if data["quarantined"] else ""))
     if data["sidecars_not_written"]:
         print(f"not written   {data['sidecars_not_written']} sidecar(s)  (see `agentledger quarantine`)")
+    if data["detections"]:
+        print("detections    " + ", ".join(f"{n} {k}(s)" for k, n in data["detections"].items())
+              + "  (see `agentledger detections`); latest:")
+        for d in data["latest_detections"]:
+            print(f"              {d['recorded_at'][:10]} {detections.sentence(d)}")
     if last:
         print(f"last event    #{last['seq']} {last['type']} at {last['recorded_at']}")
     for s in data["sources"]:

@@ -45,7 +45,10 @@ def _data(text: str) -> bytes:
     return b"data %d\n" % len(raw) + raw + b"\n"
 
 
-def generate(root: str | Path, n: int = 200, *, seed: int = 7, sessions_every: int = 12) -> Generated:
+def generate(root: str | Path, n: int = 200, *, seed: int = 7, sessions_every: int = 12,
+             regress_at: int | None = None) -> Generated:
+    """``regress_at``: from that iteration on, the agent runs another model and does worse
+    work (failing verifiers, rejected reviews, scope breaches): a planted regression."""
     rng = random.Random(seed)
     root = Path(root)
     repo = root / "repo"
@@ -115,7 +118,9 @@ def generate(root: str | Path, n: int = 200, *, seed: int = 7, sessions_every: i
         (d / "TASKS.yaml").write_text(f"schema_version: 1\ntasks:\n{tasks}")
     ver = repo / ".agents/active/verification"
     for i in range(1, n + 1):
-        (log / f"iter-{i}.yaml").write_text(_record(i, rng, n, sha_of, marks, side_marks, subjects, sessions_every))
+        worse = regress_at is not None and i >= regress_at
+        (log / f"iter-{i}.yaml").write_text(_record(i, rng, n, sha_of, marks, side_marks, subjects, sessions_every,
+                                                    worse))
         if i % 7 == 0:
             d = ver / f"task-{i}"
             d.mkdir(parents=True, exist_ok=True)
@@ -130,7 +135,7 @@ def generate(root: str | Path, n: int = 200, *, seed: int = 7, sessions_every: i
 
 
 def _record(i: int, rng: random.Random, n: int, sha_of: dict, marks: dict, side: list, subjects: dict,
-            every: int) -> str:
+            every: int, worse: bool = False) -> str:
     roll = rng.random()
     if roll < 0.04:
         commit = f"{rng.getrandbits(28):07x}"  # does not resolve
@@ -144,7 +149,8 @@ def _record(i: int, rng: random.Random, n: int, sha_of: dict, marks: dict, side:
                 f"commit: \"{commit}\"\ntests_added: 3\ntests_total_pass: true\nretries: {i % 2}\n"
                 f"scope_note: on-target\nsummary: \"{subjects[i]}\"\n")
     session = f"sess-{(i - 1) // every:05d}"
-    status = rng.choice(["pass", "pass", "pass", "fail", "partial", "unknown"])
+    status = rng.choice(["fail", "fail", "fail", "fail", "partial", "pass"] if worse
+                        else ["pass", "pass", "pass", "fail", "partial", "unknown"])
     verif = ""
     if rng.random() < 0.8:
         art = f".agents/active/verification/task-{i}/test.result.yaml" if i % 7 == 0 else ""
@@ -156,15 +162,17 @@ def _record(i: int, rng: random.Random, n: int, sha_of: dict, marks: dict, side:
         tokens = (f"session_tokens:\n  input_tokens: {rng.randint(1000, 90000)}\n  output_tokens: {rng.randint(100, 9000)}\n"
                   f"  cache_hit_rate: {rng.random():.3f}\n")
     decision = f".agents/active/verification/task-{i}/review-decision.yaml" if i % 7 == 0 else ""
-    note = rng.choice(["on-target", "on-target", "partial", "scope-breach", "Within declared write_scope"])
+    note = rng.choice(["scope-breach", "scope-breach", "partial", "scope-breach", "partial"] if worse
+                      else ["on-target", "on-target", "partial", "scope-breach", "Within declared write_scope"])
+    model = "synthetic-2" if worse else "synthetic-1"
     return (
         "# yaml-language-server: $schema=../../../../schemas/workflow-iter-log.schema.json\n"
         f"schema_version: 2\niteration: {i}\ndate: \"2026-06-{1 + i % 28:02d}\"\nwave: synthetic\n"
         f"task_id: t{plan}-{task}\ncommit: {commit}\nfiles_changed: {rng.randint(1, 12)}\n"
-        f"agent:\n  session_id: {session}\n  harness: claude-code\n  model: synthetic-1\n{tokens}"
+        f"agent:\n  session_id: {session}\n  harness: claude-code\n  model: {model}\n{tokens}"
         f"impl:\n  summary: \"{subjects[i]}\"\n  scope_note: {note}\n  retries: {rng.choice([0, 0, 0, 1, 2])}\n"
-        f"  focused_tests_added: {rng.randint(0, 9)}\n  focused_tests_pass: {rng.choice(['true', 'true', 'false', '~'])}\n"
-        f"{verif}review:\n  overall_decision: {rng.choice(['accept', 'accept', 'reject', ''])}\n"
+        f"  focused_tests_added: {rng.randint(0, 9)}\n  focused_tests_pass: {rng.choice(['false', 'false', 'false', '~'] if worse else ['true', 'true', 'false', '~'])}\n"
+        f"{verif}review:\n  overall_decision: {rng.choice(['reject', 'reject', 'reject', ''] if worse else ['accept', 'accept', 'reject', ''])}\n"
         f"  decision_artifact: \"{decision}\"\n"
     )
 
@@ -216,21 +224,24 @@ def add_iteration(gen: Generated, i: int, *, seed: int = 1) -> Path:
     return path
 
 
-def vally_trial_line(i: int, *, run_id: str = "run-1", variant: str = "baseline", pad: int = 0) -> bytes:
-    """One synthetic vally ``trial-result`` line (newline included), shaped like vally 0.9 output."""
+def vally_trial_line(i: int, *, run_id: str = "run-1", variant: str = "baseline", pad: int = 0,
+                     pass_rate: float = 0.7, model: str | None = None) -> bytes:
+    """One synthetic vally ``trial-result`` line (newline included), shaped like vally 0.9 output;
+    ``pass_rate``: of the trials that ran, how many pass."""
     import json
 
     rng = random.Random(i)
     status = "success" if rng.random() < 0.9 else "error"
-    passed = status == "success" and rng.random() < 0.7
+    passed = status == "success" and rng.random() < pass_rate
+    model = model or f"model-{i % 3}"
     events = [{"type": "tool_result", "timestamp": "2026-07-31T11:17:20.000Z", "turn": 0,
                "data": {"toolName": "bash", "toolCallId": f"c{k}", "success": rng.random() < 0.8}}
               for k in range(rng.randint(1, 6))]
     record = {
         "type": "trial-result",
-        "itemId": f"/evals/e{i % 7}/eval.yaml::{variant}::model-{i % 3}::stimulus {i % 11}::trial-{i // 77}",
+        "itemId": f"/evals/e{i % 7}/eval.yaml::{variant}::{model}::stimulus {i % 11}::trial-{i // 77}",
         "evalName": f"e{i % 7}", "evalFilePath": f"/evals/e{i % 7}/eval.yaml", "variant": variant,
-        "stimulus": f"stimulus {i % 11}", "model": f"model-{i % 3}", "status": status,
+        "stimulus": f"stimulus {i % 11}", "model": model, "status": status,
         "durationMs": rng.randint(5000, 90000),
         "gradeResult": {"name": "trajectory-grade", "kind": "code", "passed": passed, "score": 1.0 if passed else 0.5},
         "trajectory": {"events": events, "id": f"t-{i}", "output": "x" * pad,

@@ -34,6 +34,7 @@ from .inputs import Inputs
 from .iterlogs import IterationLogs
 from .planner import Planner
 from .outcome import Outcome, Progress, SourceError
+from .regressions import Regressions
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
 from .tailing import Tailing
@@ -54,6 +55,7 @@ class Ledger:
         self.sidecars = SidecarSync(ctx, background=background_writes)
         self.scoring = ScoringPass(ctx, self.inputs, self.sidecars)
         self.rubrics = rubrics.Rubrics(ctx, self.planner, self.scoring, self.sidecars)
+        self.regressions = Regressions(ctx)
 
     # -- what callers read ------------------------------------------------------------------
     @property
@@ -173,7 +175,7 @@ class Ledger:
                 report.add(self.annotations.ingest(asrc, rels))
         for src in touched_logs:
             report.add(self.rescore(src))
-        return report
+        return report.add(self.detect())
 
     # -- scoring --------------------------------------------------------------------------------
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
@@ -192,6 +194,11 @@ class Ledger:
     def backfill(self, *, progress: Progress | None = None) -> Outcome:
         return self.rubrics.backfill(progress=progress)
 
+    def detect(self) -> Outcome:
+        """Feed what is new in every score and trial stream to its change-point
+        detector (``regressions.py``)."""
+        return self.regressions.run()
+
     def wait_for_writes(self) -> None:
         """Until every sidecar handed to the writer thread so far has landed."""
         if self.sidecars.writer is not None:
@@ -205,7 +212,7 @@ class Ledger:
         large catch-up of a tailed file."""
         self.tailing.progress = progress
         try:
-            return self._scan_all(rescore_all, progress)
+            return self._scan_all(rescore_all, progress).add(self.detect())
         finally:
             self.tailing.progress = None
 

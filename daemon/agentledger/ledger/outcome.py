@@ -24,6 +24,7 @@ class Outcome:
     unchanged: int = 0
     sidecars_written: int = 0
     sessions_written: int = 0
+    detections: int = 0  # regressions and improvements noticed
     errors: list[str] = field(default_factory=list)  # carried, never logged here: the reader says them once
     # sidecars that could not be written (path -> why), newly: recorded as problems
     # (sidecar_problems), said once by the reader, and no reason to hold anything else
@@ -33,7 +34,7 @@ class Outcome:
 
     def add(self, other: Outcome) -> Outcome:
         for k in ("events", "quarantined", "files_read", "scored", "unchanged",
-                  "sidecars_written", "sessions_written"):
+                  "sidecars_written", "sessions_written", "detections"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.errors += other.errors
         self.unwritten.update(other.unwritten)

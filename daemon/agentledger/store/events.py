@@ -35,6 +35,8 @@ CURRENT: dict[str, int] = {
     "source.reset": 1,
     "transcript.turns": 1,
     "annotation.recorded": 1,
+    "regression.detected": 1,
+    "improvement.detected": 1,
 }
 
 # (type, version) -> function turning a payload of that version into version+1.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .db import write_transaction
+from .detections import DetectorCheckpoint
 from .events import Event, append_many
 from .projections import Projector
 from .touched import Touched
@@ -73,7 +74,7 @@ class TailCheckpoint:
              end.fingerprint, end.open, last_seq))
 
 
-Checkpoint = FileCheckpoint | TailCheckpoint
+Checkpoint = FileCheckpoint | TailCheckpoint | DetectorCheckpoint
 
 
 class Batch:

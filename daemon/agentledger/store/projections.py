@@ -2,7 +2,7 @@
 
 Each family of tables is an object with its own state, handlers and flush
 (``iterations``, ``scores``, ``sessions``, ``trials``, ``transcripts``,
-``trajectories``, ``quarantine``); ``Projector`` dispatches each event to the
+``trajectories``, ``quarantine``, ``detections``); ``Projector`` dispatches each event to the
 handlers registered for its type, in a fixed order. ``Projector`` is private to
 ``store/``: events enter through ``store/log.py`` (``EventLog``) and ``rebuild``, and
 those are the only code that writes projection tables, for live appends and for a
@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from .detections import DetectionFamily
 from .events import Event
 from .iterations import IterationFamily
 from .quarantine import QuarantineFamily
@@ -42,7 +43,7 @@ class Projector:
         # in dispatch and flush order; sessions last: they summarise what the others wrote
         self.families = (QuarantineFamily(conn), IterationFamily(conn, self.touched, self.sessions),
                          TranscriptFamily(conn, self.touched), ScoreFamily(conn, self.sessions), self.trials,
-                         TrajectoryFamily(conn), self.sessions)
+                         TrajectoryFamily(conn), DetectionFamily(conn), self.sessions)
         self.handlers: dict[str, list[Callable[[Event, dict[str, Any]], None]]] = {}
         for family in self.families:
             for type_, handler in family.handlers().items():
@@ -72,7 +73,8 @@ class Projector:
 
 
 PROJECTION_TABLES = tuple(t for family in (QuarantineFamily, IterationFamily, TranscriptFamily, ScoreFamily,
-                                            TrialFamily, TrajectoryFamily, SessionFamily) for t in family.tables)
+                                            TrialFamily, TrajectoryFamily, DetectionFamily,
+                                            SessionFamily) for t in family.tables)
 
 
 def rebuild(conn: sqlite3.Connection, progress=None) -> int:

@@ -1,7 +1,8 @@
 """"What changed", the first thing the report and Datasette's ``/-/report`` show: the
-last 7 days of activity against the 28 before them (``compare``, metric by metric,
-with its verdicts), and the latest vally experiment's variant table. Each figure says
-the command that reproduces it.
+latest regressions and improvements the ledger noticed (``detections``), the last 7
+days of activity against the 28 before them (``compare``, metric by metric, with its
+verdicts), and the latest vally experiment's variant table. Each figure says the
+command that reproduces it.
 
 The window ends at the newest iteration's date, not at today: a ledger that was quiet
 for a month still shows its last week of work.
@@ -10,7 +11,7 @@ for a month still shows its last week of work.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 from .charts import esc
@@ -18,6 +19,7 @@ from .charts import esc
 
 @dataclass
 class Glance:
+    detections: list = field(default_factory=list)  # analysis.detections.latest rows
     window: object | None = None  # analysis.compare.Comparison of the two windows
     window_command: str = ""
     experiment: object | None = None  # analysis.experiments.Experiment
@@ -25,10 +27,10 @@ class Glance:
 
 
 def gather(conn: sqlite3.Connection, active: str | None) -> Glance:
-    from ..analysis import experiments
+    from ..analysis import detections, experiments
     from ..analysis.compare import compare
 
-    g = Glance()
+    g = Glance(detections=detections.latest(conn, 5))
     newest = conn.execute("SELECT max(date) FROM iterations WHERE date GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*'"
                           ).fetchone()[0]
     if newest and active:
@@ -46,9 +48,19 @@ def gather(conn: sqlite3.Connection, active: str | None) -> Glance:
 
 
 def render(g: Glance) -> str:
+    from ..analysis import detections as found
     from ..analysis.render import cells
 
     parts = []
+    if g.detections:
+        rows = [[d["recorded_at"][:10], d["kind"], found.stream(d), f"{d['before']:.3f} → {d['after']:.3f}"
+                 f" ({d['size_sd']:+.2f} SD)", f"{d['began']} → {d['noticed']}",
+                 ", ".join(s["signal"] for s in d["signals"]), found.what_changed(d)] for d in g.detections]
+        parts.append('<figure id="detections"><figcaption>Latest regressions and improvements noticed'
+                     ' <a class="anchor" href="#detections" title="this figure alone">#</a></figcaption>'
+                     + _table(["noticed", "kind", "stream", "mean before → since", "began → noticed",
+                               "signals that moved", "what changed"], rows)
+                     + f'<p class="note">{esc(found.COMMAND)}</p></figure>')
     if g.window is not None:
         c = g.window
         moved = [r for r in c.results if r.verdict in ("improved", "regressed")]
