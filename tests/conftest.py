@@ -195,6 +195,17 @@ def fill(directory: Path) -> Path:
     return ballast
 
 
+def query(db: Path, sql: str, *args) -> list[tuple]:
+    """Rows of one statement on the ledger at ``db`` (a connection of its own, closed)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
 def wait_until(condition, timeout: float, interval: float = 0.05):
     """Poll ``condition`` until it returns something truthy (returned) or ``timeout`` passes (None)."""
     import time

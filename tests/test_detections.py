@@ -9,28 +9,19 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 from agentledger.example import synth
 
-from tests.conftest import cli_subprocess, run_cli, wait_until
+from tests.conftest import query, cli_subprocess, run_cli, wait_until
 
 COLUMNS = "kind, feed, source, scope, metric, began, noticed, points, before, after, size_sd, signals, changed"
 
 
-def rows(db: Path, sql: str, *args) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-
-
 def detections(db: Path) -> list[tuple]:
-    return rows(db, f"SELECT {COLUMNS} FROM detections ORDER BY seq")
+    return query(db, f"SELECT {COLUMNS} FROM detections ORDER BY seq")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +59,7 @@ def test_status_the_command_and_the_report_show_it(regressed, tmp_path) -> None:
     code, out, _ = run_cli("detections", "--db", str(db), "--json")
     assert code == 0
     listed = json.loads(out)
-    assert [d["seq"] for d in listed] == [r[0] for r in rows(db, "SELECT seq FROM detections ORDER BY seq DESC")]
+    assert [d["seq"] for d in listed] == [r[0] for r in query(db, "SELECT seq FROM detections ORDER BY seq DESC")]
     code, out, _ = run_cli("status", "--db", str(db))
     assert "detections" in out and "regression of iterations" in out and "synthetic-1 → synthetic-2" in out
     code, _, _ = run_cli("report", "--db", str(db), "--output", str(tmp_path / "r.html"))
@@ -104,7 +95,7 @@ def test_fed_once_in_any_order_of_processes_and_rebuilt_from_events(regressed, t
     mine = [r[:2] + r[3:] for r in detections(db)]  # the source names differ (another directory)
     theirs = [r[:2] + r[3:] for r in detections(whole)]
     assert mine == theirs and mine
-    assert rows(db, "SELECT position FROM detector_checkpoints WHERE feed LIKE 'iterations:%'") == [(400,)]
+    assert query(db, "SELECT position FROM detector_checkpoints WHERE feed LIKE 'iterations:%'") == [(400,)]
     before = detections(db)
     assert run_cli("rebuild", "--db", str(db), *args[:4])[0] == 0
     assert detections(db) == before
@@ -171,7 +162,7 @@ def test_the_configured_command_hears_each_detection_as_json_on_stdin(tmp_path) 
     r = cli_subprocess("--config", str(cfg), "ingest")
     assert r.returncode == 0, r.stderr
     heard = [json.loads(line) for line in out.read_text().splitlines()]
-    stored = rows(tmp_path / "l.sqlite", "SELECT seq, type, payload FROM events WHERE type LIKE '%.detected'"
+    stored = query(tmp_path / "l.sqlite", "SELECT seq, type, payload FROM events WHERE type LIKE '%.detected'"
                                           " ORDER BY seq")
     assert [(h["seq"], h["type"]) for h in heard] == [(s, t) for s, t, _ in stored] and heard
     for h, (_, _, payload) in zip(heard, stored):
@@ -216,4 +207,4 @@ def test_a_command_that_cannot_start_is_one_line_and_the_ingest_completes(tmp_pa
     r = cli_subprocess("--config", str(cfg), "ingest")
     assert r.returncode == 0
     assert "cannot start" in r.stderr and "Traceback" not in r.stderr
-    assert rows(tmp_path / "l.sqlite", "SELECT count(*) FROM detections")[0][0] >= 1
+    assert query(tmp_path / "l.sqlite", "SELECT count(*) FROM detections")[0][0] >= 1

@@ -1,5 +1,5 @@
 """Money, at query time, from raw token counts: nothing priced is stored, so a price
-correction or a new override applies to every trial at once.
+correction or a new override applies to every trial and iteration at once.
 
 Prices come from your override file first (``[cost] prices``: USD per million tokens
 by model), then from genai-prices' bundled database (a maintained price list; its
@@ -12,9 +12,10 @@ default. A model that neither knows is *unpriced*: its cost is None, never zero.
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -109,7 +110,7 @@ GROUPS = {"trial": "t.item_id", "run": "t.run_id", "variant": "t.variant", "mode
 @dataclass
 class Line:
     group: str
-    trials: int = 0
+    units: int = 0  # trials, or iterations
     priced: int = 0
     usd: float = 0.0
     input: int = 0
@@ -119,7 +120,7 @@ class Line:
 
     @property
     def unpriced(self) -> int:
-        return self.trials - self.priced
+        return self.units - self.priced
 
 
 def trial_cost(prices: Prices, model: str, inp, out, cache_read, cache_write, when: str) -> float | None:
@@ -138,7 +139,7 @@ def trial_costs(conn, prices: Prices, by: str, run: str | None = None) -> list[L
             f" t.cache_write_tokens, e.recorded_at FROM trials t JOIN events e ON e.seq = t.seq {where}"
             " ORDER BY 1, t.item_id", args):
         line = lines.setdefault(group, Line(group))
-        line.trials += 1
+        line.units += 1
         line.input, line.output = line.input + (inp or 0), line.output + (out or 0)
         line.cache_read, line.cache_write = line.cache_read + (cr or 0), line.cache_write + (cw or 0)
         usd = trial_cost(prices, model, inp, out, cr, cw, when)
@@ -146,3 +147,93 @@ def trial_costs(conn, prices: Prices, by: str, run: str | None = None) -> list[L
             line.priced += 1
             line.usd += usd
     return list(lines.values())
+
+
+IGROUPS = ("iteration", "session", "day", "model", "source")
+
+
+def _claude(inp: int, out: int, read: int, write: int, hour: int) -> Tokens:
+    """Anthropic usage (``input_tokens`` without the cache reads and writes) as ``Tokens``;
+    ``hour`` of the writes were 1-hour writes."""
+    hour = min(max(hour, 0), max(write, 0))
+    return Tokens(inp + read + write, out, read, write - hour, hour)
+
+
+def _window(conn, dirs: tuple[str, ...], window: str | None, model: str) -> list[tuple[str, Tokens]] | None:
+    """The tokens of the transcript turns inside an iteration's window, by the model
+    that answered (else ``model``); None when no turn falls inside it."""
+    if not dirs or not window:
+        return None
+    start, end = json.loads(window)
+    parts: dict[str, Tokens] = {}
+    for kind, m, inp, out, read, write, hour in conn.execute(
+            "SELECT kind, coalesce(model, ?), sum(input_tokens), sum(output_tokens), sum(cache_read),"
+            " sum(cache_creation), sum(coalesce(cache_write_1h, 0)) FROM transcript_facts"
+            " WHERE source IN (SELECT value FROM json_each(?)) AND ts_ns > ? AND ts_ns <= ? AND turns > 0"
+            " GROUP BY 1, 2 ORDER BY 2, 1", (model, json.dumps(list(dirs)), -(2 ** 63) if start is None else start,
+                                             end)):
+        if kind == "claude":
+            t = _claude(inp, out, read, write, hour)
+        elif kind == "codex":  # its input counts the cached input, and it writes no cache
+            t = Tokens(inp, out, read)
+        else:  # vally trajectories: input counts every input token
+            t = Tokens(inp, out, read, write)
+        have = parts.get(m)
+        parts[m] = t if have is None else Tokens(*(a + b for a, b in zip(astuple(have), astuple(t))))
+    return list(parts.items()) or None
+
+
+def _native(model: str, native: str | None) -> list[tuple[str, Tokens]] | None:
+    """The record's own ``session_tokens`` (Anthropic usage; writes as 5-minute writes)."""
+    data = json.loads(native) if native else None
+    keys = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
+    if not isinstance(data, dict) or not any(k in data for k in keys):
+        return None
+    n = [data.get(k) if isinstance(data.get(k), int) and not isinstance(data.get(k), bool) and data.get(k) >= 0
+         else 0 for k in keys]
+    return [(model, _claude(*n, 0))]
+
+
+def iteration_costs(conn, prices: Prices, by: str, rubric: str,
+                    transcripts: dict[str, tuple[str, ...]]) -> list[Line]:
+    """Iterations' cost grouped ``by`` one of ``IGROUPS`` (``session``: the iterations of
+    each session summed), from the scores under ``rubric``, each of which names the
+    transcript window its tokens came from. Tokens: the turns of the source's transcripts
+    (``transcripts``: iteration-log source -> its transcript directories) inside that
+    window, each priced by the model that answered it (else the record's ``agent.model``)
+    with its 1-hour cache writes apart; an iteration no turn falls in, its record's
+    ``session_tokens``. An iteration with neither, or with any part unpriced, is unpriced
+    (its tokens still counted); by model, each model's part is its own."""
+    lines: dict[str, Line] = {}
+    rows = conn.execute(
+        "SELECT s.source, s.iteration, i.session_id, i.date, json_extract(e.payload, '$.window'),"
+        " json_extract(r.record, '$.agent.model'), json_extract(r.record, '$.session_tokens') FROM scores s"
+        " JOIN events e ON e.seq = s.seq JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
+        " LEFT JOIN record_files r ON r.source = i.source AND r.file = i.file AND r.ordinal = i.ordinal"
+        " WHERE s.rubric_version = ? ORDER BY s.source, s.iteration", (rubric,))
+    several = len({src for src in transcripts}) > 1
+    for src, it, session, day, window, model, native in rows:
+        model = model if isinstance(model, str) else ""
+        when = day if isinstance(day, str) and len(day) >= 10 else None
+        parts = _window(conn, transcripts.get(src, ()), window, model) or _native(model, native) or []
+        named = {"iteration": f"{src} #{it}" if several else str(it), "session": session or "(no session)",
+                 "day": when[:10] if when else "(undated)", "source": src}
+        groups: dict[str, list[tuple[str, Tokens]]] = {}
+        for m, t in parts or [(model, None)]:
+            groups.setdefault((m or "(no model)") if by == "model" else named[by], []).append((m, t))
+        for group, mine in groups.items():
+            line = lines.setdefault(group, Line(group))
+            line.units += 1
+            usd = []
+            for m, t in mine:
+                if t is None:
+                    usd.append(None)
+                    continue
+                line.input, line.output, line.cache_read = line.input + t.input, line.output + t.output, \
+                    line.cache_read + t.cache_read
+                line.cache_write += t.cache_write_5m + t.cache_write_1h
+                usd.append(prices.cost(m, t, when))
+            if usd and None not in usd:
+                line.priced += 1
+                line.usd += sum(usd)
+    return sorted(lines.values(), key=lambda x: (x.group.isdigit() and int(x.group), x.group))

@@ -35,9 +35,14 @@ def add_commands(cmd) -> None:
                    help="exit 1 when any metric regressed (for a CI gate)")
     p.set_defaults(func=cmd_compare)
 
-    p = cmd("cost", "What the vally trials cost, from their token counts and a price database (genai-prices, or"
-                    " your [cost] prices file), grouped by day, variant, model, eval, run or trial.")
-    p.add_argument("--by", choices=("day", "variant", "model", "eval", "run", "trial"), default="day")
+    p = cmd("cost", "What the vally trials or the iterations cost, from their token counts and a price database"
+                    " (genai-prices, or your [cost] prices file): trials by day, variant, model, eval, run or trial;"
+                    " iterations by day, iteration, session, model or source.")
+    p.add_argument("kind", nargs="?", choices=("trials", "iterations"), default="trials",
+                   help="trials (vally; default) or iterations (their transcript turns, else the record's"
+                        " session_tokens)")
+    p.add_argument("--by", choices=("day", "variant", "model", "eval", "run", "trial", "iteration", "session",
+                                    "source"), default="day")
     p.add_argument("--run", metavar="RUN_ID", help="only this run's trials")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
@@ -99,29 +104,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_cost(args: argparse.Namespace) -> int:
     import json
 
-    from ..analysis.cost import trial_costs
+    from ..analysis.cost import GROUPS, IGROUPS, iteration_costs, trial_costs
 
+    unit = args.kind.rstrip("s")
+    if args.by not in (IGROUPS if args.kind == "iterations" else GROUPS):
+        raise UsageError(f"--by {args.by} does not group {args.kind}; one of:"
+                         f" {', '.join(IGROUPS if args.kind == 'iterations' else GROUPS)}")
+    if args.run and args.kind == "iterations":
+        raise UsageError("--run selects vally trials; iterations are grouped with --by")
     cfg, conn = read_only(args)
     try:
-        lines = trial_costs(conn, _prices(cfg), args.by, args.run)
+        if args.kind == "iterations":
+            row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
+            dirs = {s.id: tuple(str(d) for d in (*s.transcripts, *s.vally_transcripts)) for s in cfg.iteration_logs}
+            lines = iteration_costs(conn, _prices(cfg), args.by, row[0] if row else "", dirs)
+        else:
+            lines = trial_costs(conn, _prices(cfg), args.by, args.run)
     finally:
         conn.close()
     if args.json:
-        print(json.dumps([{**vars(x), "unpriced": x.unpriced, "usd": round(x.usd, 6) if x.priced else None}
-                          for x in lines], indent=2))
+        print(json.dumps([{"group": x.group, args.kind: x.units, "priced": x.priced, "unpriced": x.unpriced,
+                           "usd": round(x.usd, 6) if x.priced else None, "input": x.input, "output": x.output,
+                           "cache_read": x.cache_read, "cache_write": x.cache_write} for x in lines], indent=2))
         return EXIT_OK
     if not lines:
-        print("no trials" + (f" in run {args.run}" if args.run else "") + " (ingest vally results with --vally DIR)")
+        print(f"no {args.kind}" + (f" in run {args.run}" if args.run else "")
+              + (" (ingest vally results with --vally DIR)" if args.kind == "trials" else " scored yet"))
         return EXIT_OK
-    headers = [args.by, "trials", "cost", "per priced trial", "unpriced", "input tokens", "output tokens",
+    headers = [args.by, args.kind, "cost", f"per priced {unit}", "unpriced", "input tokens", "output tokens",
                "cache read", "cache write"]
-    table([dict(zip(headers, (x.group, f"{x.trials:,}", f"${x.usd:,.4f}" if x.priced else "unpriced",
+    table([dict(zip(headers, (x.group, f"{x.units:,}", f"${x.usd:,.4f}" if x.priced else "unpriced",
                               f"${x.usd / x.priced:,.4f}" if x.priced else "–", f"{x.unpriced:,}", f"{x.input:,}",
                               f"{x.output:,}", f"{x.cache_read:,}", f"{x.cache_write:,}"))) for x in lines], headers)
     priced = sum(x.usd for x in lines)
     unpriced = sum(x.unpriced for x in lines)
-    print(f"\ntotal ${priced:,.4f}" + (f" and {unpriced:,} unpriced trial(s): their model has no price"
-                                       " (add it to your [cost] prices file)" if unpriced else ""))
+    print(f"\ntotal ${priced:,.4f}" + (f" and {unpriced:,} unpriced {unit}(s): no token counts, or a model with"
+                                       " no price (add it to your [cost] prices file)" if unpriced else ""))
     return EXIT_OK
 
 

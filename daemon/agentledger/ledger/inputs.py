@@ -94,7 +94,7 @@ class Inputs:
                 commit_time=res.commit_time,
                 transcript=(TranscriptTotals(*sums.total(*windows[it])) if sums else TranscriptTotals())
                 if it in windows else None,
-            ), texts[it]))
+            ), texts[it], windows.get(it) if sums else None))
         return out
 
     def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:

@@ -123,7 +123,8 @@ class ScoringPass:
                 existing[it] = digest
             else:  # an imported score is scored again here, from the inputs, before it counts
                 imported[it] = f"imported-{imported_seq}"
-        jobs = [(version, marker, x, record_json, existing.get(x.record.iteration)) for x, record_json in inputs]
+        jobs = [(version, marker, x, record_json, existing.get(x.record.iteration), window)
+                for x, record_json, window in inputs]
         todo: list[Event] = []
         for result in pmap(_score_job, jobs):
             if result is None:
@@ -142,18 +143,19 @@ class ScoringPass:
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
     """Everything the ``score.computed`` event and its sidecar need, serialised here
     (in a worker, for bulk work), or None when the iteration's inputs did not change."""
-    version, marker, x, record_json, prev = job
+    version, marker, x, record_json, prev, window = job
     digest, key = x.digests(version, marker, record_json)
     if digest == prev:
         return None
-    payload = score_payload(score(rubrics.load(version), x), digest, marker, key)
+    payload = score_payload(score(rubrics.load(version), x), digest, marker, key, window)
     text = canonical_json(payload)
     data = render_score_payload(payload)
     return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)
 
 
-def score_payload(s: Score, digest: str, marker: bool, key: str) -> dict:
-    """The ``score.computed`` payload: the whole score, explainable, and what it came from."""
+def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:
+    """The ``score.computed`` payload: the whole score, explainable, and what it came from
+    (``window``: the transcript window its tokens were summed over, for pricing them)."""
     f = encode_float
     breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
                   "detail": r.detail, "nominal_weight": f(r.nominal_weight),
@@ -171,4 +173,5 @@ def score_payload(s: Score, digest: str, marker: bool, key: str) -> dict:
         "breakdown": breakdown, "integrity": integrity,
         "linked_traces": s.linked_traces, "marker": marker,
         "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+        "window": list(window) if window is not None else None,
     }

@@ -27,13 +27,13 @@ CURRENT: dict[str, int] = {
     "source.quarantined": 1,
     "rubric.activated": 1,
     "rubric.configured": 1,
-    "score.computed": 1,
+    "score.computed": 2,
     "backfill.started": 1,
     "backfill.completed": 1,
     "trial.completed": 2,
     "run.summarized": 1,
     "source.reset": 1,
-    "transcript.turns": 1,
+    "transcript.turns": 2,
     "annotation.recorded": 1,
     "regression.detected": 1,
     "improvement.detected": 1,
@@ -45,6 +45,12 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     # figures); a v1 trial did not record them
     ("trial.completed", 1): lambda p: {**p, "trial": {**p["trial"], "wall_time_ms": None, "total_tokens": None,
                                                       "graders": []}},
+    # v2: a Claude turn's fact may end with the model that answered and its 1-hour cache
+    # writes (two more elements, for money); a v1 fact is a v2 fact without them
+    ("transcript.turns", 1): lambda p: p,
+    # v2 names the iteration's transcript window ([start or null, end] in UTC ns; null:
+    # none), so its tokens can be priced at query time; a v1 score did not keep it
+    ("score.computed", 1): lambda p: {**p, "window": None},
 }
 
 

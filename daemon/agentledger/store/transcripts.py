@@ -44,9 +44,9 @@ class TranscriptFamily:
             self.conn.execute("DELETE FROM transcript_facts WHERE " + where[0], where[1])
         self.conn.executemany(
             "INSERT OR REPLACE INTO transcript_facts (source, file, byte_offset, ts_ns, kind, input_tokens,"
-            " output_tokens, cache_read, cache_creation, turns, tool_results, tool_errors, seq)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(ev.source, p["file"], *f, ev.seq) for f in p["facts"]])
+            " output_tokens, cache_read, cache_creation, turns, tool_results, tool_errors, model, cache_write_1h,"
+            " seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(ev.source, p["file"], *f, *(None,) * (12 - len(f)), ev.seq) for f in p["facts"]])  # v1: 10 long
 
     def _source_reset(self, ev: Event, p: dict[str, Any]) -> None:
         if p.get("kind") == "transcript":  # the facts of the old content no longer stand

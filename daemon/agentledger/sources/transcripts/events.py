@@ -74,8 +74,11 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None) -> li
                                    f"line {item.line_no} is not JSON: {exc}", kind="transcript"))
             continue
         if f is not None:
-            facts.append([item.offset, f.ts_ns, f.kind, f.input_tokens, f.output_tokens, f.cache_read,
-                          f.cache_creation, f.turns, f.tool_results, f.tool_errors])
+            row = [item.offset, f.ts_ns, f.kind, f.input_tokens, f.output_tokens, f.cache_read,
+                   f.cache_creation, f.turns, f.tool_results, f.tool_errors]
+            if f.model is not None or f.cache_write_1h is not None:  # v2: what money needs
+                row += [f.model, f.cache_write_1h]
+            facts.append(row)
     if batch.reopened is not None:
         # an unterminated last line taken earlier turned out to continue: what it gave
         # is superseded by this batch's reading of the line at the same offset (if any)

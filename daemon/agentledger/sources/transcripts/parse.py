@@ -33,6 +33,11 @@ class Fact:
     turns: int = 0
     tool_results: int = 0
     tool_errors: int = 0
+    # for money only, read leniently (a value of the wrong type is None, and never changes
+    # whether or what the line counts for the scorer): the model that answered, and how
+    # many of the cache writes were 1-hour writes (Claude's usage.cache_creation)
+    model: str | None = None
+    cache_write_1h: int | None = None
 
 
 class Skip(Exception):
@@ -195,7 +200,7 @@ def _claude(ts: int, message: Any) -> Fact | None:
     m = _object_pairs(message)
     if m is None:
         return None
-    mf = _fields(m, ("role", "usage", "content"))
+    mf = _fields(m, ("role", "usage", "content", "model"))
     _str(mf.get("role"))
     usage = _object_pairs(mf.get("usage"))
     content = _arr(mf.get("content"))
@@ -209,9 +214,14 @@ def _claude(ts: int, message: Any) -> Fact | None:
         items.append((_str(f.get("type")), _bool(f.get("is_error"))))
     counts = (0, 0, 0, 0)
     turns = 0
+    hour = None
     if usage is not None:
         u = _fields(usage, ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                            "cache_creation_input_tokens"))
+                            "cache_creation_input_tokens", "cache_creation"))
+        split = u.get("cache_creation")
+        if _is_object(split):
+            h = _fields(split, ("ephemeral_1h_input_tokens",)).get("ephemeral_1h_input_tokens")
+            hour = h if is_int64(h) and h >= 0 else None
         counts = (_int(u.get("input_tokens")), _int(u.get("output_tokens")),
                   _int(u.get("cache_read_input_tokens")), _int(u.get("cache_creation_input_tokens")))
         turns = 1
@@ -221,5 +231,7 @@ def _claude(ts: int, message: Any) -> Fact | None:
             errors += is_error
     if not turns and not results:
         return None
+    model = mf.get("model")
     return Fact(ts, "claude", input_tokens=counts[0], output_tokens=counts[1], cache_read=counts[2],
-                cache_creation=counts[3], turns=turns, tool_results=results, tool_errors=errors)
+                cache_creation=counts[3], turns=turns, tool_results=results, tool_errors=errors,
+                model=model if isinstance(model, str) and turns else None, cache_write_1h=hour if turns else None)
