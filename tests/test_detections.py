@@ -208,3 +208,43 @@ def test_a_command_that_cannot_start_is_one_line_and_the_ingest_completes(tmp_pa
     assert r.returncode == 0
     assert "cannot start" in r.stderr and "Traceback" not in r.stderr
     assert query(tmp_path / "l.sqlite", "SELECT count(*) FROM detections")[0][0] >= 1
+
+
+def test_the_running_service_notices_a_regression_as_iterations_close(tmp_path) -> None:
+    """The daemon, watching a log of 240 good iterations, is handed 90 more closed one
+    by one, worse from 250 on: it finds the regression while they arrive, logs it, and
+    hands it to the configured command."""
+    from tests.test_daemon import running
+
+    gen = synth.generate(tmp_path / "gen", 330, seed=3, regress_at=250)
+    later = tmp_path / "later"
+    later.mkdir()
+    for p in gen.log.glob("iter-*"):
+        if int(p.name.split(".")[0].split("-")[1]) > 240:
+            p.rename(later / p.name)
+    (tmp_path / "hook.py").write_text(HOOK)
+    heard = tmp_path / "heard.jsonl"
+    cfg = _config(tmp_path, gen, f"{sys.executable} {tmp_path / 'hook.py'} {heard}")
+    with running(tmp_path, cfg) as (_, notify):
+        notify.wait_for("READY=1", timeout=60)
+        assert not heard.exists()  # 240 stationary iterations: nothing to say
+        for n in range(241, 331):
+            for p in sorted(later.glob(f"iter-{n}.*"), key=lambda p: p.name == f"iter-{n}.yaml"):
+                os.replace(p, gen.log / p.name)  # the record last, as an agent closes it
+            if n % 10 == 0:  # the service keeps up as they come
+                assert wait_until(lambda n=n: query(tmp_path / "l.sqlite", "SELECT position FROM"
+                                                    " detector_checkpoints WHERE feed LIKE 'iterations:%'") == [(n,)], 30)
+
+        def found() -> list[dict]:
+            docs = [json.loads(line) for line in heard.read_text().splitlines()] if heard.exists() else []
+            return [d for d in docs if d["metric"] == "score"]
+        assert wait_until(found, 30), (tmp_path / "daemon.log").read_text()[-3000:]
+    d = found()[0]
+    assert d["type"] == "regression.detected" and 240 <= d["began"]["position"] <= 275
+    assert any(c["what"] == "model" and c["to"] == "synthetic-2" and c["at"] == "iteration 250" for c in d["changed"])
+    assert "regression" in (tmp_path / "daemon.log").read_text()
+    # what the service noticed as they came is what one ingest of the whole log finds
+    assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+                   "--db", str(tmp_path / "whole.sqlite"))[0] == 0
+    assert [r[:2] + r[3:] for r in detections(tmp_path / "l.sqlite")] == \
+        [r[:2] + r[3:] for r in detections(tmp_path / "whole.sqlite")]
