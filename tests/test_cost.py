@@ -130,3 +130,20 @@ def test_a_grouping_that_does_not_fit_is_one_line_and_exit_2(priced) -> None:
     assert code == 2 and "does not group iterations" in err and "Traceback" not in err
     code, _, err = run_cli("cost", "trials", "--by", "session", *args)
     assert code == 2 and "does not group trials" in err
+
+
+def test_compare_iterations_has_their_cost_as_a_metric(priced, tmp_path) -> None:
+    _, db, args, _, _ = priced
+    cfg = ["--config", str(_config(tmp_path, db))]
+    by_it = {int(x["group"]): x for x in json.loads(run_cli("cost", "iterations", "--by", "iteration", "--json",
+                                                                 *args, *cfg)[1])}
+    code, out, err = run_cli("compare", "--a", "iterations=1-20", "--b", "iterations=21-40", "--metric", "cost_usd",
+                             "--json", *args, *cfg)
+    assert code == 0, err
+    c = json.loads(out)
+    (r,) = c["results"]
+    for side, lo, hi in (("a", 1, 20), ("b", 21, 40)):
+        usd = [x["usd"] for it, x in by_it.items() if lo <= it <= hi and x["usd"] is not None]
+        assert r[f"n_{side}"] == len(usd) and r[f"value_{side}"] == pytest.approx(sum(usd) / len(usd))
+    assert c["unpriced"] == [sum(x["unpriced"] for it, x in by_it.items() if lo <= it <= hi)
+                             for lo, hi in ((1, 20), (21, 40))]

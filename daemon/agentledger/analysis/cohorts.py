@@ -62,7 +62,7 @@ class Cohort:
     units: list[tuple] = field(default_factory=list)
     values: dict[str, dict[tuple, list[float]]] = field(default_factory=dict)
     rubric: str | None = None
-    unpriced: int = 0  # trials whose model has no price
+    unpriced: int = 0  # trials or iterations with no price (no token counts, or an unpriced model)
 
 
 def _where(sel: dict[str, str], equal: dict[str, str], when: str) -> tuple[list[str], list]:
@@ -83,8 +83,10 @@ def _where(sel: dict[str, str], equal: dict[str, str], when: str) -> tuple[list[
 
 
 def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None,
-               only: set[tuple] | None = None) -> Cohort:
-    """``only``: the units a ``git`` term allows (resolved by the caller, who has git)."""
+               only: set[tuple] | None = None, prices=None, transcripts=None) -> Cohort:
+    """``only``: the units a ``git`` term allows (resolved by the caller, who has git).
+    ``prices`` (``cost.Prices``) and ``transcripts`` (source -> its transcript
+    directories): also each iteration's cost, where it is priced."""
     rubric = sel.get("rubric") or active
     where, args = _where(sel, {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
                                "model": "json_extract(r.record, '$.agent.model')",
@@ -126,6 +128,17 @@ def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None
         for seq, signal, sub in rows:
             if isinstance(sub, (int, float)):
                 cohort.values.setdefault(f"signal:{signal}", {})[chunk[seq]] = [float(sub)]
+    if prices is not None:
+        from .cost import iteration_parts, priced
+
+        units, cost = set(cohort.units), cohort.values.setdefault("cost_usd", {})
+        for src, it, _, when, _, parts in iteration_parts(conn, rubric or "", transcripts or {}):
+            if (src, it) in units:
+                usd = priced(prices, parts, when)
+                if usd is None:
+                    cohort.unpriced += 1
+                else:
+                    cost[(src, it)] = [usd]
     return cohort
 
 

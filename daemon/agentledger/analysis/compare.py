@@ -92,12 +92,16 @@ class Comparison:
 def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str, str], *, active: str | None,
             metrics: list[str] | None = None, paired: bool | None = None, alpha: float = 0.05, seed: int = 0,
             resamples: int = 2000, only: tuple[set | None, set | None] = (None, None),
-            prices=None) -> Comparison:
+            prices=None, transcripts=None) -> Comparison:
     """``only``: for each cohort, the units its ``git`` term allows (None: no such term).
-    ``prices`` (``cost.Prices``): trials get a cost metric."""
+    ``prices`` (``cost.Prices``): trials and iterations get a cost metric (iterations from
+    their ``transcripts``: source -> transcript directories)."""
     if kind == "iterations":
-        ca, cb = cohorts.iterations(conn, a, active, only[0]), cohorts.iterations(conn, b, active, only[1])
+        ca = cohorts.iterations(conn, a, active, only[0], prices, transcripts)
+        cb = cohorts.iterations(conn, b, active, only[1], prices, transcripts)
         known = _iteration_metrics(ca, cb)
+        if prices is not None:
+            known.append(Metric("cost_usd", "cost (USD, priced iterations)", False, False))
     elif kind == "annotations":
         ca, cb = cohorts.annotations(conn, a), cohorts.annotations(conn, b)
         seen = {k for c in (ca, cb) for k, by_unit in c.values.items()

@@ -194,46 +194,55 @@ def _native(model: str, native: str | None) -> list[tuple[str, Tokens]] | None:
     return [(model, _claude(*n, 0))]
 
 
-def iteration_costs(conn, prices: Prices, by: str, rubric: str,
-                    transcripts: dict[str, tuple[str, ...]]) -> list[Line]:
-    """Iterations' cost grouped ``by`` one of ``IGROUPS`` (``session``: the iterations of
-    each session summed), from the scores under ``rubric``, each of which names the
-    transcript window its tokens came from. Tokens: the turns of the source's transcripts
-    (``transcripts``: iteration-log source -> its transcript directories) inside that
-    window, each priced by the model that answered it (else the record's ``agent.model``)
-    with its 1-hour cache writes apart; an iteration no turn falls in, its record's
-    ``session_tokens``. An iteration with neither, or with any part unpriced, is unpriced
-    (its tokens still counted); by model, each model's part is its own."""
-    lines: dict[str, Line] = {}
+def iteration_parts(conn, rubric: str, transcripts: dict[str, tuple[str, ...]]):
+    """For each iteration scored under ``rubric`` (each score names the transcript window
+    its tokens came from): (source, iteration, session, date, record model, parts), where
+    parts are (model, Tokens) — the turns of the source's transcripts (``transcripts``:
+    iteration-log source -> its transcript directories) inside that window, by the model
+    that answered (else the record's ``agent.model``) with 1-hour cache writes apart;
+    when no turn falls in it, the record's ``session_tokens``; else none."""
     rows = conn.execute(
         "SELECT s.source, s.iteration, i.session_id, i.date, json_extract(e.payload, '$.window'),"
         " json_extract(r.record, '$.agent.model'), json_extract(r.record, '$.session_tokens') FROM scores s"
         " JOIN events e ON e.seq = s.seq JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
         " LEFT JOIN record_files r ON r.source = i.source AND r.file = i.file AND r.ordinal = i.ordinal"
         " WHERE s.rubric_version = ? ORDER BY s.source, s.iteration", (rubric,))
-    several = len({src for src in transcripts}) > 1
     for src, it, session, day, window, model, native in rows:
         model = model if isinstance(model, str) else ""
         when = day if isinstance(day, str) and len(day) >= 10 else None
         parts = _window(conn, transcripts.get(src, ()), window, model) or _native(model, native) or []
+        yield src, it, session, when, model, parts
+
+
+def priced(prices: Prices, parts: list[tuple[str, Tokens]], when: str | None) -> float | None:
+    """The cost of an iteration's parts; None when it has none or any is unpriced."""
+    usd = [prices.cost(m, t, when) for m, t in parts]
+    return sum(usd) if usd and None not in usd else None  # type: ignore[arg-type]
+
+
+def iteration_costs(conn, prices: Prices, by: str, rubric: str,
+                    transcripts: dict[str, tuple[str, ...]]) -> list[Line]:
+    """Iterations' cost grouped ``by`` one of ``IGROUPS`` (``session``: the iterations of
+    each session summed), from ``iteration_parts``. An iteration with no token counts,
+    or with any part unpriced, is unpriced (its tokens still counted); by model, each
+    model's part is its own."""
+    lines: dict[str, Line] = {}
+    several = len(transcripts) > 1
+    for src, it, session, when, model, parts in iteration_parts(conn, rubric, transcripts):
         named = {"iteration": f"{src} #{it}" if several else str(it), "session": session or "(no session)",
                  "day": when[:10] if when else "(undated)", "source": src}
         groups: dict[str, list[tuple[str, Tokens]]] = {}
-        for m, t in parts or [(model, None)]:
+        for m, t in parts:
             groups.setdefault((m or "(no model)") if by == "model" else named[by], []).append((m, t))
-        for group, mine in groups.items():
+        for group, mine in groups.items() or [((model or "(no model)") if by == "model" else named[by], [])]:
             line = lines.setdefault(group, Line(group))
             line.units += 1
-            usd = []
-            for m, t in mine:
-                if t is None:
-                    usd.append(None)
-                    continue
+            for _, t in mine:
                 line.input, line.output, line.cache_read = line.input + t.input, line.output + t.output, \
                     line.cache_read + t.cache_read
                 line.cache_write += t.cache_write_5m + t.cache_write_1h
-                usd.append(prices.cost(m, t, when))
-            if usd and None not in usd:
+            usd = priced(prices, mine, when)
+            if usd is not None:
                 line.priced += 1
-                line.usd += sum(usd)
+                line.usd += usd
     return sorted(lines.values(), key=lambda x: (x.group.isdigit() and int(x.group), x.group))

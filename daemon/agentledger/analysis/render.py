@@ -101,8 +101,8 @@ def text(c: Comparison) -> str:
     s = summary(c)
     lines += ["", ", ".join(f"{n} {v}" for v, n in s.items())]
     if any(c.unpriced):
-        lines.append(f"unpriced trials (no price for their model; [cost] prices adds one): A {c.unpriced[0]:,},"
-                     f" B {c.unpriced[1]:,}")
+        lines.append(f"unpriced {c.kind} (no token counts, or no price for their model; [cost] prices adds one):"
+                     f" A {c.unpriced[0]:,}, B {c.unpriced[1]:,}")
     return "\n".join(lines)
 
 

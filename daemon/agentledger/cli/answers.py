@@ -83,10 +83,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
         only = (_git_units(cfg, conn, a.get("git")), _git_units(cfg, conn, b.get("git")))
+        priced = args.kind != "annotations" and (not args.metric or "cost_usd" in args.metric)
         result = compare(conn, args.kind, a, b, active=row[0] if row else None, metrics=args.metric or None,
                          paired=args.paired, alpha=args.alpha, seed=args.seed, only=only,
-                         prices=_prices(cfg) if args.kind == "trials" and (not args.metric or "cost_usd" in args.metric)
-                         else None)  # pricing every trial only when its cost is asked for
+                         prices=_prices(cfg) if priced else None,  # pricing every unit only when its cost is asked for
+                         transcripts=_transcripts(cfg))
     except cohorts.SelectorError as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -116,8 +117,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     try:
         if args.kind == "iterations":
             row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
-            dirs = {s.id: tuple(str(d) for d in (*s.transcripts, *s.vally_transcripts)) for s in cfg.iteration_logs}
-            lines = iteration_costs(conn, _prices(cfg), args.by, row[0] if row else "", dirs)
+            lines = iteration_costs(conn, _prices(cfg), args.by, row[0] if row else "", _transcripts(cfg))
         else:
             lines = trial_costs(conn, _prices(cfg), args.by, args.run)
     finally:
@@ -161,6 +161,11 @@ def cmd_detections(args: argparse.Namespace) -> int:
     for d in [] if args.json else rows:
         print(f"#{d['seq']} {d['recorded_at'][:19]}  {detections.sentence(d)}")
     return EXIT_OK
+
+
+def _transcripts(cfg) -> dict[str, tuple[str, ...]]:
+    """Each iteration log's transcript directories (where its iterations' tokens are)."""
+    return {s.id: tuple(str(d) for d in (*s.transcripts, *s.vally_transcripts)) for s in cfg.iteration_logs}
 
 
 def _prices(cfg):
