@@ -166,3 +166,25 @@ def test_commit_landing_after_close_flips_landed_and_rewrites_only_that_sidecar(
     repo.git("revert", "--no-edit", feature)  # and is reverted later (a revert of the merge would name the merge)
     run_cli("ingest", "--once", *args)
     assert f"commit {feature[:12]} reachable but reverted by" in (log / "iter-2.score.yaml").read_text()
+
+
+def test_changed_files_of_more_commits_than_one_command_line_holds(tmp_path: Path, monkeypatch) -> None:
+    """50,000 SHAs on one `git show` command line are past ARG_MAX (the crash at 50,000
+    iterations): they go in bounded calls, and the answer does not depend on the bound."""
+    import subprocess
+
+    from agentledger.example import synth
+    from agentledger.sources import git
+
+    gen = synth.generate(tmp_path / "gen", 450, seed=2)
+    shas = subprocess.run(["git", "-C", str(gen.repo), "rev-list", "--all"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert len(shas) > 450
+    whole = git.GitRepo(str(gen.repo), "master").changed_files(shas)
+    monkeypatch.setattr(git, "ARGS_PER_CALL", 64)
+    bounded = git.GitRepo(str(gen.repo), "master")
+    calls = []
+    real = bounded._run
+    bounded._run = lambda *a, **k: calls.append(len(a)) or real(*a, **k)
+    assert bounded.changed_files(shas) == whole and all(v for v in whole.values())
+    assert len(calls) == -(-len(shas) // 64) and max(calls) == 64 + 5  # `show` and its 4 options

@@ -4,7 +4,7 @@ up or down, noticed while it happens.
 Two two-sided CUSUM charts run side by side, one tuned to a shift of 1 standard
 deviation, one to half that; either crossing its threshold is a detection. A stream of
 numbers is standardised by a mean and SD the detector learns itself (charts k = 0.5,
-h = 8 and k = 0.25, h = 16 on z-scores). A stream of pass/fail (``binary``) is not
+h = 8 and k = 0.25, h = 18 on z-scores). A stream of pass/fail (``binary``) is not
 standardised: one failure at a 97 % pass rate is a z of −5.7 and would trip a z chart
 within three failures, so its charts add the Bernoulli log-likelihood ratio of the
 learnt rate against the rate shifted by 1 and 0.5 SD (threshold ``BINARY_H``, which
@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-CHARTS = ((0.5, 8.0), (0.25, 16.0))  # (k, h) in standard deviations
+CHARTS = ((0.5, 8.0), (0.25, 18.0))  # (k, h) in standard deviations
 BINARY_SHIFTS = (1.0, 0.5)  # the alternatives of the pass/fail charts, in SDs of the learnt rate
 BINARY_H = 9.5
 NEAR_BINARY = 0.8  # SD / sqrt(mean · (1 − mean)) from which a [0, 1] stream counts as pass/fail

@@ -37,6 +37,7 @@ _ENV_OVERRIDES = {
     "GIT_OPTIONAL_LOCKS": "0",
     "LC_ALL": "C",
 }
+ARGS_PER_CALL = 2000  # SHAs on one command line (82 KB), far below ARG_MAX
 _HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
 
@@ -434,16 +435,14 @@ class GitRepo:
     # -- changed files (§4.5 step 4) ---------------------------------------------
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
-        if todo:
-            proc = self._run("show", "--no-ext-diff", "--no-textconv", "--name-only", "--format=%x1e%H", *todo)
-            if proc.returncode != 0:
-                for s in todo:
-                    self._changed[s] = None
-            else:
+        for at in range(0, len(todo), ARGS_PER_CALL):  # bounded: 50,000 SHAs are past ARG_MAX
+            part = todo[at:at + ARGS_PER_CALL]
+            proc = self._run("show", "--no-ext-diff", "--no-textconv", "--name-only", "--format=%x1e%H", *part)
+            if proc.returncode == 0:
                 for chunk in proc.stdout.decode("utf-8", "replace").split("\x1e")[1:]:
                     lines = chunk.split("\n")
                     self._changed[lines[0].strip()] = tuple(
                         ln.strip() for ln in lines[1:] if ln.strip())
-                for s in todo:
-                    self._changed.setdefault(s, None)
+            for s in part:
+                self._changed.setdefault(s, None)
         return {s: self._changed[s] for s in shas}
