@@ -203,6 +203,16 @@ def main() -> None:
     step("Did the new rubric change the scores, and is it real? Every iteration under both, compared")
     agentledger("compare", "--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--metric", "score", cfg=cfg)
 
+    step("Regressions are noticed while they happen: another project's 300 iterations, whose agent switched"
+         " model at iteration 250 and got worse")
+    other = synth.generate(out / "regressing", 300, seed=3, regress_at=250)
+    other_cfg = out / "regressing.toml"
+    other_cfg.write_text(f'[store]\npath = "regressing.sqlite"\n\n[detect]\ncommand = "tee {out / "detections.jsonl"}"'
+                         f'\n\n[[iteration_logs]]\nname = "regressing"\npath = "{other.log}"\nrepo = "{other.repo}"\n')
+    agentledger("ingest", cfg=other_cfg, show=2)
+    agentledger("detections", cfg=other_cfg)
+    print(f"  ([detect] command handed each one, as JSON on stdin, to `tee {out / 'detections.jsonl'}`)")
+
     step("The report: the ledger's charts in one self-contained HTML file")
     agentledger("report", "-o", str(out / "report.html"), cfg=cfg)
     team(out, cfg)
