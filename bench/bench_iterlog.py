@@ -12,7 +12,14 @@ users run it:
   figure at 100), once with the iteration unchanged and once just written;
 * ``agentledger backfill`` 2.1.0 → 3.0.0 of every iteration (target: ≤ 5 s at 10,000);
 * the switch back, ``backfill --rubric 2.1.0``, whose scores the ledger holds: it costs
-  what it writes (every sidecar), not a rescore.
+  what it writes (every sidecar), not a rescore;
+* ``agentledger ingest --once`` again with nothing changed (median of --runs);
+
+each beside its floor, measured in the same run (scripts that do the same I/O and
+nothing else): for the hook, a process that imports the YAML parser, parses
+``iter-N.yaml``, makes one git call, commits one SQLite transaction and writes one
+fsync'd file; for the re-ingest, a process that lists the log directory, stats every
+file and reads the ledger's checkpoints. Peak RSS of each command is printed too.
 """
 
 from __future__ import annotations
@@ -31,14 +38,50 @@ from pathlib import Path
 from agentledger.example import synth
 
 
-def run(args: list[str], env: dict | None = None) -> float:
+PEAK_KB: dict[str, int] = {}  # command -> the largest peak RSS any run of it had
+
+
+def run(args: list[str], env: dict | None = None, *, script: str | None = None) -> float:
+    """Seconds one process took (``agentledger ARGS``, or ``python -c SCRIPT ARGS``)."""
+    cmd = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "agentledger", *args]
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "agentledger", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     dt = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
     if proc.returncode != 0:
-        raise SystemExit(f"agentledger {' '.join(args)} failed:\n{proc.stderr}")
+        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{err.decode(errors='replace')}")
+    name = "floor" if script else args[0]
+    PEAK_KB[name] = max(PEAK_KB.get(name, 0), usage.ru_maxrss)
     return dt
+
+
+HOOK_FLOOR = r"""
+import os, sqlite3, subprocess, sys, yaml
+log, repo, db, n = sys.argv[1:]
+rec = yaml.load(open(os.path.join(log, f"iter-{n}.yaml"), "rb"), Loader=yaml.CSafeLoader)
+subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "-q", str(rec.get("commit")) + "^{commit}"],
+               capture_output=True)
+c = sqlite3.connect(db, isolation_level=None)
+c.execute("CREATE TABLE IF NOT EXISTS floor (k INTEGER PRIMARY KEY, v TEXT)")
+c.execute("BEGIN IMMEDIATE"); c.execute("INSERT OR REPLACE INTO floor VALUES (?, ?)", (int(n), str(rec)[:100]))
+c.execute("COMMIT")
+tmp = os.path.join(log, f".floor-{n}.tmp")
+with open(tmp, "wb") as fh:
+    fh.write(b"score: 0.5\n" * 20); fh.flush(); os.fsync(fh.fileno())
+os.replace(tmp, os.path.join(log, "floor.out"))
+"""
+
+REINGEST_FLOOR = r"""
+import os, sqlite3, sys
+log, db = sys.argv[1:]
+with os.scandir(log) as it:
+    stats = {e.name: e.stat() for e in it}
+c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+rows = c.execute("SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints").fetchall()
+"""
 
 
 def bench(n: int, runs: int, out: Path) -> dict:
@@ -52,11 +95,16 @@ def bench(n: int, runs: int, out: Path) -> dict:
     common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "-q"]
 
     ingest_s = run(["ingest", "--once", *common])
+    reingest = [run(["ingest", "--once", *common]) for _ in range(runs)]
+    reingest_floor = [run([str(gen.log), str(db)], script=REINGEST_FLOOR) for _ in range(runs)]
     unchanged = [run(["score", str(n), *common]) for _ in range(runs)]
-    written = []
+    written, floor = [], []
     for k in range(runs):
         synth.add_iteration(gen, n + 1 + k)
         written.append(run(["score", str(n + 1 + k), *common]))
+        floor.append(run([str(gen.log), str(gen.repo), str(root / "floor.sqlite"), str(n + 1 + k)],
+                         script=HOOK_FLOOR))
+    (gen.log / "floor.out").unlink()
     backfill_s = run(["backfill", *common, "--rubric", "3.0.0"])
     switch_back_s = run(["backfill", *common, "--rubric", "2.1.0"])
     events = subprocess.run([sys.executable, "-m", "agentledger", "query", "SELECT count(*) AS n FROM events",
@@ -67,6 +115,10 @@ def bench(n: int, runs: int, out: Path) -> dict:
         "ingest_once_s": round(ingest_s, 2),
         "score_unchanged_median_ms": round(statistics.median(unchanged) * 1000, 1),
         "score_new_iteration_median_ms": round(statistics.median(written) * 1000, 1),
+        "hook_floor_median_ms": round(statistics.median(floor) * 1000, 1),
+        "reingest_median_s": round(statistics.median(reingest), 3),
+        "reingest_floor_median_s": round(statistics.median(reingest_floor), 3),
+        "peak_rss_mb": {k: round(v / 1024) for k, v in PEAK_KB.items()},
         "backfill_s": round(backfill_s, 2),
         "switch_back_s": round(switch_back_s, 2),
         "events": json.loads(events)[0]["n"],
@@ -80,11 +132,19 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
-    results = [bench(int(s), args.runs, out) for s in args.sizes.split(",")]
+    results = []
+    for s in args.sizes.split(","):
+        PEAK_KB.clear()
+        results.append(bench(int(s), args.runs, out))
     print(f"{'N':>7} {'ingest --once':>14} {'score (same)':>13} {'score (new)':>12} {'backfill':>9} {'back':>7} {'events':>7}")
     for r in results:
         print(f"{r['iterations']:>7} {r['ingest_once_s']:>12.2f} s {r['score_unchanged_median_ms']:>10.1f} ms"
               f" {r['score_new_iteration_median_ms']:>9.1f} ms {r['backfill_s']:>7.2f} s {r['switch_back_s']:>5.2f} s {r['events']:>7}")
+    for r in results:
+        print(f"{r['iterations']:>7}: hook {r['score_new_iteration_median_ms']:.0f} ms against its floor"
+              f" {r['hook_floor_median_ms']:.0f} ms ({r['score_new_iteration_median_ms'] / r['hook_floor_median_ms']:.2f}x);"
+              f" re-ingest with nothing changed {r['reingest_median_s']:.3f} s against its floor"
+              f" {r['reingest_floor_median_s']:.3f} s; peak RSS MB {r['peak_rss_mb']}")
     if len(results) >= 2:
         small, big = results[0], results[-1]
         ratio = big["score_new_iteration_median_ms"] / small["score_new_iteration_median_ms"]

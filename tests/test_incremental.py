@@ -201,3 +201,40 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     assert daemon.sidecars.writer.superseded >= 1
     check_ = _sync_from_fresh_ledger(tmp_path, src)
     assert (check_.sidecars_written, check_.sessions_written) == (0, 0)
+
+
+def test_a_scan_with_nothing_changed_reads_nothing_and_misses_no_edit(tmp_path: Path) -> None:
+    """A full scan compares stats, not contents, with what it last read: a second ingest
+    reads no file. Yet an edit in place that keeps the size — of a record, of a
+    verification artifact, of a sidecar by hand — changes the stat, and is found."""
+    gen = synth.generate(tmp_path / "gen", 40, seed=4)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "--json"]
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, _ = run_cli("ingest", *args)
+    again = json.loads(out)
+    assert code == 0 and again["files_read"] == 0 and again["events"] == 0 and again["sidecars_written"] == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM sidecar_seen").fetchone()[0] >= 40  # each read once, found right
+
+    record = gen.log / "iter-12.yaml"
+    text = record.read_text()
+    edited = text.replace("scope_note: on-target", "scope_note: off-target") if "on-target" in text else \
+        text.replace("retries: 0", "retries: 9", 1)
+    assert edited != text and len(edited) == len(text)
+    artifact = next((gen.repo / ".agents/active/verification").glob("task-*/test.result.yaml"))
+    atext = artifact.read_text()
+    flipped = atext.replace("status: pass", "status: fail") if "pass" in atext else atext.replace("fail", "pass", 1)
+    assert flipped != atext
+    sidecar = gen.log / "iter-30.score.yaml"
+    stext = sidecar.read_text()
+    forged = stext.replace("rubric_version: 2.1.0", "rubric_version: 9.9.9")
+    assert len(forged) == len(stext) and forged != stext
+    time.sleep(0.01)  # a later mtime than the ledger saw, on any file system's clock
+    record.write_text(edited)
+    artifact.write_text(flipped)
+    sidecar.write_text(forged)
+    code, out, _ = run_cli("ingest", *args)
+    found = json.loads(out)
+    assert code == 0 and found["files_read"] == 2 and found["events"] >= 2
+    assert sidecar.read_text() == stext  # the ledger's bytes again

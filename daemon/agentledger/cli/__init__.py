@@ -15,8 +15,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import answers, ingest, read, settings, team, trajectories, views
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
+
+GROUPS = ("ingest", "read", "answers", "trajectories", "views", "team", "settings")  # help lists them in this order
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,7 +28,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (``only``: a group's module name) that group's
+    commands alone: the close-task hook need not import every other command's module."""
+    import importlib
+
     parser = Parser(
         prog="agentledger",
         description="An event-sourced ledger of coding-agent runs that keeps their outcome scores fresh.",
@@ -43,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_common_flags(p)
         return p
 
-    for group in (ingest, read, answers, trajectories, views, team, settings):  # help lists them in this order
-        group.add_commands(cmd)
+    for group in (only,) if only else GROUPS:
+        importlib.import_module(f"{__name__}.{group}").add_commands(cmd)
     return parser
 
 
@@ -56,7 +61,8 @@ SCORING_COMMANDS = frozenset({"ingest", "score", "backfill", "run", "rebuild", "
 def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser("ingest" if argv[:1] == ["score"] else None)  # the hook: `agentledger score N …`
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

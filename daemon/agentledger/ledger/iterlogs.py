@@ -8,12 +8,13 @@ committed here in batches, each with the checkpoints of its files.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 
 from ..config import IterationLogSource, VallySource
 from ..process.parallel import pmap
 from ..sources.iterlogs import files as S
-from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
+from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from ..store.log import Batch, FileCheckpoint
 from ..store.touched import Touched
 from . import commit
@@ -34,18 +35,23 @@ class IterationLogs:
         report = Outcome()
         conn = self.ctx.conn
         if iterations is None:
+            known, paths = {}, []
+            for path, dev, ino, size, mtime, digest in conn.execute(
+                    "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+                    " AND kind IN (?,?,?,?,?)", (src.id, *S.LOG_KINDS)):
+                paths.append(path)
+                if digest and not digest.startswith("error:"):  # a file that could not be read is tried again
+                    known[path] = (dev, ino, size, mtime)
             try:
-                cands = S.log_candidates(src)
+                cands, seen = S.changed_log_candidates(src, known)
             except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
                 report.errors.append(f"{src.path}: cannot list the iteration-log directory: "
                                      f"{exc.strerror or exc}")
                 return report
-            seen = {c.rel for c in cands}
-            gone = [r[0] for r in conn.execute(
-                "SELECT path FROM source_checkpoints WHERE source = ? AND kind IN (?,?,?,?,?)",
-                (src.id, *S.LOG_KINDS)) if r[0] not in seen]
-            cands += S.log_candidates(src, gone)
-            self._commit(src, self._observe(src, cands, None, report), report)
+            cands += S.log_candidates(src, [p for p in paths if p not in seen])
+            if cands:
+                rels = [c.rel for c in cands] if len(cands) <= 500 else None  # None: every checkpoint, one query
+                self._commit(src, self._observe(src, cands, rels, report), report)
         else:
             names = ["historical.yaml"]
             for n in iterations:
@@ -57,8 +63,11 @@ class IterationLogs:
                 return report.add(self.ingest(src))
         # Artifacts: what the records point at, and the plans' write scopes.
         cands = S.artifact_candidates(src, self.artifact_refs(src, iterations)) + S.tasks_candidates(src)
-        rels = None if iterations is None else [c.rel for c in cands]
-        self._commit(src, self._observe(src, cands, rels, report), report)
+        if iterations is None:  # a full scan reads only what moved (the common case: nothing)
+            cands = self._moved(src, cands, (VERIFIER_RESULT, REVIEW_DECISION, TASKS))
+        if cands:
+            rels = [c.rel for c in cands] if len(cands) <= 500 else None
+            self._commit(src, self._observe(src, cands, rels, report), report)
         for directory in src.transcripts:
             report.add(self.tailing.transcripts(directory))
         for directory in src.vally_transcripts:
@@ -98,11 +107,32 @@ class IterationLogs:
         if iterations is not None:
             filt = " AND i.iteration IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(iterations))
-        sql = (f"SELECT '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact') FROM iteration_records i,"
-               f" json_each(i.record, '$.verifiers') v WHERE i.source = ?{filt}"
-               f" UNION ALL SELECT '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
-               f" FROM iteration_records i WHERE i.source = ?{filt}")
-        return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args + args) if r[1]]
+        # kept with each iteration by the projection (store/iterations.py): no record decoded here;
+        # every verifier result first, then every review decision, as one pass over the records gave them
+        sql = ("SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]') FROM iterations i,"
+               f" json_each(i.artifact_refs) r WHERE i.source = ? AND i.artifact_refs IS NOT NULL{filt}"
+               f" ORDER BY json_extract(r.value, '$[0]') = '{REVIEW_DECISION}', i.iteration, r.key")
+        return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args) if r[1]]
+
+    def _moved(self, src: IterationLogSource, cands: list[S.Candidate], kinds: tuple[str, ...]) -> list[S.Candidate]:
+        """The candidates whose stat is not their checkpoint's (or that have none, or
+        whose last read failed): ``observe`` would return None for every other one, and
+        checking here costs a stat each instead of a worker pool."""
+        known = {r[0]: tuple(r[1:5]) for r in self.ctx.conn.execute(
+            "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+            f" AND kind IN ({','.join('?' * len(kinds))})", (src.id, *kinds)) if r[5] and not r[5].startswith("error:")}
+        out = []
+        for c in cands:
+            key = known.get(c.rel)
+            if key is not None:
+                try:
+                    st = os.stat(c.abs)
+                    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == key:
+                        continue
+                except OSError:
+                    pass
+            out.append(c)
+        return out
 
     # -- observe (in workers for bulk work), then commit here --------------------------------
     def _checkpoints(self, src: IterationLogSource, rels: list[str] | None) -> dict[str, dict]:

@@ -35,7 +35,10 @@ class ScoringPass:
         the pass's last transaction (its own one when nothing needed a new score)."""
         ctx, sync = self.ctx, self.sync
         report = Outcome()
-        sync.sweep(src)
+        if iterations is None or len(iterations) > SWEEP_FROM:
+            # the close-task hook does not list the directory (its cost grew with the log):
+            # a temp file a killed hook left is removed by the next full pass or reconcile
+            sync.sweep(src)
         version = ctx.rubric.version
         marker = ctx.cfg.scoring.linked_traces_marker
         inputs = self.inputs.gather(src, iterations)
@@ -138,6 +141,9 @@ class ScoringPass:
                               content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
                               extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha}))
         return todo
+
+
+SWEEP_FROM = 8  # a pass of more iterations than this removes killed writers' temp files first
 
 
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:

@@ -14,6 +14,12 @@ from .events import Event, canonical_json
 from .sessions import SessionFamily
 from .touched import Touched
 
+# what a record points at, as [[kind, raw path], …] (a full scan stats these: ledger/iterlogs.py)
+_REFS = ("(SELECT json_group_array(json_array(k, p)) FROM (SELECT 'verifier_result' AS k,"
+         " json_extract(v.value, '$.result_artifact') AS p FROM json_each(record, '$.verifiers') v"
+         " UNION ALL SELECT 'review_decision', json_extract(record, '$.review.decision_artifact'))"
+         " WHERE p IS NOT NULL AND p <> '' AND p <> 0)")
+
 # quarantined artifacts read as "not available", as the reference reads a broken one
 _ARTIFACT_KINDS = ("verifier_result", "review_decision", "tasks")
 
@@ -47,11 +53,11 @@ class IterationFamily:
         self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
         self.conn.execute(
             "INSERT INTO iterations (source, iteration, file, ordinal, kind, schema_version, date, task_id,"
-            " commit_ref, session_id, content_hash, seq)"
+            " commit_ref, session_id, content_hash, seq, artifact_refs)"
             " SELECT source, iteration, file, ordinal, kind, json_extract(record, '$.schema_version'),"
             " json_extract(record, '$.date'), json_extract(record, '$.task_id'),"
             " json_extract(record, '$.commit'), json_extract(record, '$.agent.session_id'),"
-            " content_hash, seq FROM record_files WHERE source = ? AND iteration = ?"
+            " content_hash, seq, nullif(" + _REFS + ", '[]') FROM record_files WHERE source = ? AND iteration = ?"
             " ORDER BY kind = 'dedicated' DESC, CASE WHEN kind = 'dedicated' THEN file END DESC,"
             " ordinal DESC LIMIT 1",
             (source, iteration),

@@ -38,24 +38,25 @@ RECORD, HISTORICAL, HOOK, LABELS, MISNAMED = "record", "historical", "hook_outco
 LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)
 ARTIFACT_KINDS = (A.VERIFIER_RESULT, A.REVIEW_DECISION, A.TASKS)
 
-_RECORD_RE = re.compile(r"^iter-(\d+)\.yaml$")
-_HOOK_RE = re.compile(r"^iter-(\d+)\.hook-outcomes\.yaml$")
-_LABELS_RE = re.compile(r"^iter-(\d+)\.labels\.yaml$")
 # looks like an iteration record but names no iteration (iter--1.yaml, iter-x.yaml): refused with a reason
 _MISNAMED_RE = re.compile(r"^iter-[^.]*\.yaml$")
 TASKS_GLOB = ".agents/workflow/plans/*/TASKS.yaml"
 
 
+_LOG_RE = re.compile(r"iter-(\d+)(\.hook-outcomes|\.labels)?\.yaml\Z")
+_SIDE_KINDS = {None: RECORD, ".hook-outcomes": HOOK, ".labels": LABELS}
+
+
 def classify(name: str) -> tuple[str, int | None] | None:
-    """(kind, N from the name) for a file of the log directory, None to ignore it."""
-    if is_temp_name(name):
+    """(kind, N from the name) for a file of the log directory, None to ignore it.
+    One match a name: a scan classifies every name of the directory, sidecars too."""
+    if not name.endswith(".yaml") or is_temp_name(name):
         return None
+    m = _LOG_RE.match(name)
+    if m:
+        return _SIDE_KINDS[m.group(2)], int(m.group(1))
     if name == "historical.yaml":
         return HISTORICAL, None
-    for kind, rx in ((RECORD, _RECORD_RE), (HOOK, _HOOK_RE), (LABELS, _LABELS_RE)):
-        m = rx.match(name)
-        if m:
-            return kind, int(m.group(1))
     if _MISNAMED_RE.match(name):
         return MISNAMED, None
     return None
@@ -100,6 +101,32 @@ def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) 
         if c is not None:
             out.append(Candidate(c[0], name, src.path / name, c[1], src.path))
     return out
+
+
+def changed_log_candidates(src: IterationLogSource,
+                           known: dict[str, tuple[int, int, int, int]]) -> tuple[list[Candidate], set[str]]:
+    """One listing of the log directory: the candidates whose stat is not the ``known``
+    one (name -> stat key of a file last read whole and fine), and every name seen. A
+    scan that finds nothing changed costs this listing and a stat a file, no read and
+    no candidate; a file whose stat cannot be taken here is a candidate (``observe``
+    says why). Raises ``OSError`` when the directory cannot be listed."""
+    out, seen = [], set()
+    with os.scandir(src.path) as it:
+        for e in it:
+            c = classify(e.name)
+            if c is None:
+                continue
+            seen.add(e.name)
+            key = known.get(e.name)
+            if key is not None:
+                try:
+                    st = e.stat()  # follows a link, as observe's os.stat does
+                    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == key:
+                        continue
+                except OSError:
+                    pass
+            out.append(Candidate(c[0], e.name, src.path / e.name, c[1], src.path))
+    return out, seen
 
 
 def tasks_candidates(src: IterationLogSource) -> list[Candidate]:
