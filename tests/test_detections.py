@@ -176,7 +176,8 @@ def test_the_command_is_never_a_shell_and_never_outlives_its_timeout(tmp_path) -
     gen = synth.generate(tmp_path / "gen", 330, seed=3, regress_at=250)
     pwned = tmp_path / "pwned"
     for p in gen.log.glob("iter-*.yaml"):
-        text = p.read_text().replace("model: synthetic-2", f"model: \"$(touch {pwned}); `touch {pwned}`\"")
+        text = p.read_text().replace("model: synthetic-2", "model: \"m\\nagentledger: WARNING: forged\\x1b[2J"
+                                                           f" $(touch {pwned}); `touch {pwned}`\"")
         p.write_text(text)
     marker = f"HOOK_MARKER=agentledger-hook-{os.getpid()}-{random.getrandbits(32):x}"
     script = tmp_path / "hang.sh"
@@ -188,6 +189,16 @@ def test_the_command_is_never_a_shell_and_never_outlives_its_timeout(tmp_path) -
     assert "[detect] command" in r.stderr and "did not finish within 1 s" in r.stderr
     doc = json.loads((tmp_path / "got.json").read_text())
     assert pwned.name in json.dumps(doc) and not pwned.exists()  # handed over as data, never run
+    # and said as data: no forged log line, no escape sequence reaches a terminal
+    assert "\x1b" not in r.stderr and not any(line.startswith("agentledger: WARNING: forged")
+                                              for line in r.stderr.splitlines())
+    listed = cli_subprocess("detections", "--config", str(cfg))
+    assert listed.returncode == 0 and "regression of iterations" in listed.stdout
+    assert "\x1b" not in listed.stdout and "\nagentledger" not in listed.stdout
+    kept = json.loads(cli_subprocess("detections", "--json", "--config", str(cfg)).stdout)  # the data stays whole
+    assert any(c["to"].startswith("m\nagentledger: WARNING: forged\x1b[2J $(touch") for d in kept
+               for c in d["changed"])
+    assert "m\\x0aagentledger: WARNING: forged\\x1b[2J" in r.stderr + listed.stdout  # escaped, not dropped
 
     def marked() -> list[str]:  # every process the ingest started carries the marker in its environment
         out = []

@@ -6,10 +6,22 @@ and the report's "what changed" all show them through here."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from typing import Any
 
 COMMAND = "agentledger detections"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+SHOWN_CHARS = 120
+
+
+def shown(value: Any) -> str:
+    """A value from the data (a model name, a path, a variant) fit for a terminal or a log
+    line: control characters escaped (an escape sequence or a line break in a model name
+    forges nothing), at most ``SHOWN_CHARS`` characters."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", str(value))
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
 
 
 def latest(conn: sqlite3.Connection, limit: int = 10, *, kind: str | None = None) -> list[dict[str, Any]]:
@@ -34,19 +46,19 @@ def count(conn: sqlite3.Connection) -> dict[str, int]:
 
 def stream(d: dict[str, Any]) -> str:
     """Which stream moved: ``iterations <source> score``, ``trials <source> [eval] pass_rate``."""
-    scope = f" [{d['scope']}]" if d["scope"] else ""
-    return f"{d['feed']} {d['source']}{scope} {d['metric']}"
+    scope = f" [{shown(d['scope'])}]" if d["scope"] else ""
+    return f"{d['feed']} {shown(d['source'])}{scope} {shown(d['metric'])}"
 
 
 def what_changed(d: dict[str, Any]) -> str:
-    return "; ".join(f"{c['what']} {c['from']} → {c['to']} at {c['at']}" for c in d["changed"])
+    return "; ".join(f"{c['what']} {shown(c['from'])} → {shown(c['to'])} at {shown(c['at'])}" for c in d["changed"])
 
 
 def sentence(d: dict[str, Any]) -> str:
-    when = f" ({d['began_at'][:10]})" if d["began_at"] else ""
-    signals = ", ".join(f"{s['signal']} {s['size_sd']:+.1f} SD" for s in d["signals"])
+    when = f" ({shown(d['began_at'][:10])})" if d["began_at"] else ""
+    signals = ", ".join(f"{shown(s['signal'])} {s['size_sd']:+.1f} SD" for s in d["signals"])
     changed = what_changed(d)
     return (f"{d['kind']} of {stream(d)}: {d['before']:.3f} → {d['after']:.3f} ({d['size_sd']:+.2f} SD) since"
-            f" {d['began']}{when}, noticed at {d['noticed']} ({d['points']} points)"
+            f" {shown(d['began'])}{when}, noticed at {shown(d['noticed'])} ({d['points']} points)"
             + (f"; signals that moved: {signals}" if signals else "")
             + (f"; what changed: {changed}" if changed else ""))

@@ -305,14 +305,17 @@ class Regressions:
                      f"detect|{feed.name}|{f.scope}|{f.metric}|{p.position}|{start[1]}|{payload['rubric']}", payload)
 
     def _tell(self, ev: Event) -> None:
+        from ..analysis.detections import shown, stream, what_changed
+
         p = ev.payload
-        what = "; ".join(f"{c['what']} {c['from']} → {c['to']} at {c['at']}" for c in p["changed"])
-        moved = ", ".join(s["signal"] for s in p["signals"])
+        row = {"feed": p["feed"], "source": ev.source, "scope": p["scope"], "metric": p["metric"],
+               "changed": p["changed"]}
+        what = what_changed(row)  # data (a model name, a path) escaped: it forges no log line
+        moved = ", ".join(shown(s["signal"]) for s in p["signals"])
         (log.warning if ev.type == "regression.detected" else log.info)(
-            "%s: %s %s%s %s %.3f → %.3f (%+.1f SD) since %s, noticed at %s%s%s", ev.type.split(".")[0], p["feed"],
-            ev.source, f" [{p['scope']}]" if p["scope"] else "", p["metric"], p["before"], p["after"], p["size_sd"],
-            p["began"]["label"], p["noticed"]["label"], f"; signals: {moved}" if moved else "",
-            f"; changed: {what}" if what else "")
+            "%s: %s %.3f → %.3f (%+.1f SD) since %s, noticed at %s%s%s", ev.type.split(".")[0], stream(row),
+            p["before"], p["after"], p["size_sd"], shown(p["began"]["label"]), shown(p["noticed"]["label"]),
+            f"; signals: {moved}" if moved else "", f"; changed: {what}" if what else "")
         command = self.ctx.cfg.detect.command
         if command:
             from ..process.command import run_with_input
