@@ -108,7 +108,7 @@ class SidecarSync:
             "SELECT s.iteration, s.sidecar, s.sidecar_sha256, s.seq FROM scores s"
             " WHERE s.source = ? AND s.rubric_version = ?"
             " AND s.seq NOT IN (SELECT seq FROM imported_scores)" + filt, args)
-        seen = Seen(conn, src.path)
+        seen = Seen(conn, src.path, every=iterations is None)
         stale = []
         problems = self._problems()
         for iteration, name, sha, _ in rows:
@@ -125,10 +125,13 @@ class SidecarSync:
             data = render_score_payload(upcast(ev[0], ev[1], json.loads(ev[2])))
             report.sidecars_written += self.write(src.path / name, data, report, fsync)
         sql = ("SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?"
-               " AND sidecar IS NOT NULL AND session_id NOT IN (SELECT i.session_id FROM imported_scores u"
-               " JOIN scores s ON s.seq = u.seq JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
-               " WHERE s.source = ? AND s.rubric_version = ?)")
-        sargs: list = [src.id, version, src.id, version]
+               " AND sidecar IS NOT NULL")
+        sargs: list = [src.id, version]
+        if conn.execute("SELECT 1 FROM imported_scores LIMIT 1").fetchone():  # (a scan of the scores: only then)
+            sql += (" AND session_id NOT IN (SELECT i.session_id FROM imported_scores u JOIN scores s ON s.seq = u.seq"
+                    " JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
+                    " WHERE s.source = ? AND s.rubric_version = ?)")
+            sargs += [src.id, version]
         if iterations is not None:
             sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
                     % ",".join("?" * len(iterations)))
@@ -241,12 +244,15 @@ class Seen:
     sidecar whose stat is unchanged since it was read and found right is not read again,
     so a full sync of 10,000 unchanged sidecars is 10,000 stats, not 10,000 reads."""
 
-    def __init__(self, conn: sqlite3.Connection, directory: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection, directory: Path, *, every: bool) -> None:
+        """``every``: the whole directory will be asked about (one query for all its
+        rows); else a few sidecars (the close-task hook's): one look-up each."""
         self.conn = conn
         self.prefix = prefix = f"{directory}{os.sep}"
+        self.every = every
         self.known = {r[0]: tuple(r[1:]) for r in conn.execute(
             "SELECT path, dev, ino, size, mtime_ns, sha256 FROM sidecar_seen WHERE path >= ? AND path < ?",
-            (prefix, prefix[:-1] + chr(ord(os.sep) + 1)))}
+            (prefix, prefix[:-1] + chr(ord(os.sep) + 1)))} if every else {}
         self.fresh: list[tuple] = []
 
     def path(self, name: str) -> str:
@@ -261,7 +267,9 @@ class Seen:
         except OSError:
             return False
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if self.known.get(path) == (*key, sha):
+        known = self.known.get(path) if self.every else self.conn.execute(
+            "SELECT dev, ino, size, mtime_ns, sha256 FROM sidecar_seen WHERE path = ?", (path,)).fetchone()
+        if known is not None and tuple(known) == (*key, sha):
             return True
         if disk_sha(path) != sha:
             return False
