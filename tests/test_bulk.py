@@ -75,7 +75,7 @@ def test_pool_failure_falls_back_in_process(monkeypatch) -> None:
     from concurrent.futures.process import BrokenProcessPool
 
     class Broken:
-        def map(self, *a, **k):
+        def submit(self, *a, **k):
             raise BrokenProcessPool("workers died")
 
         def shutdown(self, **k):
@@ -163,3 +163,36 @@ def test_backfill_survives_sigkill_and_resumes(tmp_path: Path) -> None:
     sessions = list(gen.log.glob("session-*.score.yaml"))
     assert sessions and all(b"rubric_version: 3.0.0\n" in p.read_bytes() for p in sessions)
     assert json.loads(result.stdout)["errors"] == []
+
+
+@pytest.mark.parametrize("breaks_at", ["submit", "result"])
+def test_a_pool_that_breaks_mid_stream_loses_no_item(monkeypatch, breaks_at: str) -> None:
+    """Workers that die while a bounded stream is in flight: every item is still done,
+    in order, here (the item being submitted, and the one whose result was awaited,
+    were dropped before)."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Breaking:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def submit(self, fn, item):
+            self.calls += 1
+            if breaks_at == "submit" and self.calls == 4:
+                raise BrokenProcessPool("workers died")
+            f: Future = Future()
+            if breaks_at == "result" and self.calls >= 3:
+                f.set_exception(BrokenProcessPool("workers died"))
+            else:
+                f.set_result(fn(item))
+            return f
+
+        def shutdown(self, **k):
+            pass
+
+    monkeypatch.setattr(parallel, "_pool", Breaking())
+    monkeypatch.setattr(parallel, "_disabled", False)
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    assert list(parallel.imap_bounded(abs, iter(range(-10, 0)), in_flight=2)) == list(range(10, 0, -1))
+    assert parallel._disabled is True

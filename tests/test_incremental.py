@@ -238,3 +238,37 @@ def test_a_scan_with_nothing_changed_reads_nothing_and_misses_no_edit(tmp_path: 
     found = json.loads(out)
     assert code == 0 and found["files_read"] == 2 and found["events"] >= 2
     assert sidecar.read_text() == stext  # the ledger's bytes again
+
+
+def test_a_pass_gathered_in_parts_equals_one_gathered_whole(tmp_path: Path, monkeypatch) -> None:
+    """A large pass gathers its inputs a part at a time (memory stays bounded at 100,000
+    iterations); each part's transcript windows start where the iteration before it
+    ends. The ledger and the sidecars come out as from one gathering of the whole log —
+    reverts, commits that do not resolve, a branch that never lands and transcripts
+    included."""
+    from agentledger.ledger import scoring_pass
+
+    gen = synth.generate(tmp_path / "gen", 60, seed=3)
+    transcripts = tmp_path / "claude"
+    synth.claude_transcript(transcripts / "s.jsonl", 60)
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--transcripts", str(transcripts)]
+    whole, parts = tmp_path / "whole.sqlite", tmp_path / "parts.sqlite"
+
+    def state(db: Path) -> list[tuple]:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT s.iteration, s.rubric_version, s.inputs_hash, s.value, s.band, s.sidecar_sha256,"
+                             " json_extract(e.payload, '$.window') FROM scores s JOIN events e ON e.seq = s.seq"
+                             " ORDER BY 1, 2").fetchall()
+
+    assert run_cli("ingest", *common, "--db", str(whole))[0] == 0
+    sidecars = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
+    monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 7)
+    assert run_cli("ingest", *common, "--db", str(parts))[0] == 0
+    assert state(parts) == state(whole) and len(state(whole)) == 60
+    assert sum(w is not None for *_, w in state(whole)) > 40  # windows were chained, not just absent
+    assert {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")} == sidecars
+    monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 11)  # and a backfill in parts
+    assert run_cli("backfill", "--rubric", "3.0.0", *common, "--db", str(parts))[0] == 0
+    monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 5000)
+    assert run_cli("backfill", "--rubric", "3.0.0", *common, "--db", str(whole))[0] == 0
+    assert state(parts) == state(whole)

@@ -7,8 +7,10 @@ committed here in batches, each with the checkpoints of its files.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 
 from ..config import IterationLogSource, VallySource
@@ -20,7 +22,7 @@ from ..store.touched import Touched
 from . import commit
 from .context import Context
 from .inputs import Inputs
-from .outcome import Outcome, chunks
+from .outcome import BATCH, Outcome
 from .tailing import Tailing
 
 
@@ -148,18 +150,19 @@ class IterationLogs:
                 for r in self.ctx.conn.execute(sql, args)}
 
     def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
-                 report: Outcome) -> list[S.Observation]:
+                 report: Outcome) -> Iterator[S.Observation]:
+        """What reading each candidate found, as the workers find it: a cold ingest of
+        100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
-        out = []
         for obs in pmap(_observe_job, jobs):
             if obs is not None:
-                out.append(obs)
                 report.files_read += obs.digest is not None and not obs.unchanged
-        return out
+                yield obs
 
-    def _commit(self, src: IterationLogSource, observations: list[S.Observation], report: Outcome) -> None:
-        for chunk in chunks(observations):
+    def _commit(self, src: IterationLogSource, observations: Iterable[S.Observation], report: Outcome) -> None:
+        it = iter(observations)
+        while chunk := list(itertools.islice(it, BATCH)):
             with commit.transaction(self.ctx) as batch:
                 for obs in chunk:
                     self._commit_one(src, obs, batch, report)

@@ -6,7 +6,7 @@ the ledger)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..config import IterationLogSource
@@ -19,7 +19,7 @@ from ..store.events import Event, canonical_json, content_hash
 from ..store.projections import render_score_payload
 from .context import Context
 from .inputs import Inputs
-from .outcome import Outcome, Progress, chunks
+from .outcome import BATCH, Outcome, Progress
 from .sidecar_sync import AUTO_FSYNC_MAX, SidecarSync
 
 
@@ -41,11 +41,15 @@ class ScoringPass:
             sync.sweep(src)
         version = ctx.rubric.version
         marker = ctx.cfg.scoring.linked_traces_marker
-        inputs = self.inputs.gather(src, iterations)
-        todo = self._changed(src, version, marker, inputs, iterations, report)
-        fsync = sync.fsync(len(todo))
+        parts = self._parts(src, iterations)
+        total = sum(len(p) for p in parts if p is not None) if parts != [None] else self._count(src)
+        # at most ``total`` scores change; each is committed as its batch fills, and the inputs
+        # are gathered a part at a time (a pass of 100,000 never holds all of them)
+        todo = (ev for part in parts
+                for ev in self._changed(src, version, marker, self.inputs.gather(src, part), part, report))
+        fsync = sync.fsync(total)
         writer = None
-        if len(todo) > AUTO_FSYNC_MAX:
+        if total > AUTO_FSYNC_MAX:
             writer = sync.writer or sidecars.BackgroundWriter(sync.still_current, sync.gate)
         elif sync.writer is not None:
             sync.writer.wait()  # a direct write must not be overtaken by an older queued one
@@ -58,19 +62,17 @@ class ScoringPass:
             elif sync.write_scored(path, data, report, fsync, version):
                 setattr(report, kind, getattr(report, kind) + 1)
 
-        batches = list(chunks(todo))
-        if finish is not None and not batches:
-            with ctx.log.batch():
-                finish()
-        done = 0
+        batches = _lookahead(_batches(todo))
+        done, finished = 0, False
         try:
-            for k, batch in enumerate(batches, 1):
+            for batch, last in batches:
                 with ctx.log.batch() as committed:
                     new = committed.append(batch)
                     report.events += len(new)
                     report.scored += len(new)
-                    if finish is not None and k == len(batches):
+                    if finish is not None and last:
                         finish()
+                        finished = True
                 for ev in batch:  # after the commit: a sidecar never runs ahead of the ledger
                     written.add(ev.payload["iteration"])
                     write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
@@ -83,15 +85,33 @@ class ScoringPass:
                     sessions.add(session_id)
                 done += len(batch)
                 if progress:
-                    progress(done, len(todo))
+                    progress(done, total)
         finally:
             if writer is not None and writer is not sync.writer:
                 writer.close()
                 report.add(sync.writes_outcome(*writer.take()))
+        if finish is not None and not finished:  # nothing needed a new score: its own transaction
+            with ctx.log.batch():
+                finish()
         # the sidecars of the scores that stood (the ledger may hold them from an earlier
         # activation of this rubric, or a file was edited): still brought in line
         report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))
         return report
+
+    def _parts(self, src: IterationLogSource, iterations: list[int] | None) -> list[list[int] | None]:
+        """The iterations to gather together: all at once (None: the whole log) up to
+        ``GATHER_CHUNK``, else consecutive runs of that many (each gathers as a partial
+        log: its transcript windows start where the iteration before it ends)."""
+        if iterations is not None and len(iterations) <= GATHER_CHUNK:
+            return [iterations]
+        its = sorted(iterations) if iterations is not None else [r[0] for r in self.ctx.conn.execute(
+            "SELECT iteration FROM iterations WHERE source = ? ORDER BY iteration", (src.id,))]
+        if iterations is None and len(its) <= GATHER_CHUNK:
+            return [None]
+        return [its[i:i + GATHER_CHUNK] for i in range(0, len(its), GATHER_CHUNK)]
+
+    def _count(self, src: IterationLogSource) -> int:
+        return self.ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
 
     def unverified(self, src: IterationLogSource) -> list[int]:
         """Iterations whose score under the active rubric came in by ``import`` and has
@@ -112,8 +132,9 @@ class ScoringPass:
             " OR p.seq IN (SELECT seq FROM imported_scores))", (self.ctx.rubric.version, previous, src.id))]
 
     def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
-                 report: Outcome) -> list[Event]:
-        """The ``score.computed`` events of the iterations whose inputs hash changed."""
+                 report: Outcome) -> Iterator[Event]:
+        """The ``score.computed`` events of the iterations whose inputs hash changed, as
+        the workers compute them (a pass of 100,000 never holds them all)."""
         sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u ON u.seq = s.seq"
                " WHERE s.source = ? AND s.rubric_version = ?")
         args: list = [src.id, version]
@@ -128,7 +149,10 @@ class ScoringPass:
                 imported[it] = f"imported-{imported_seq}"
         jobs = [(version, marker, x, record_json, existing.get(x.record.iteration), window)
                 for x, record_json, window in inputs]
-        todo: list[Event] = []
+        return self._events(src, version, jobs, existing, imported, report)
+
+    def _events(self, src: IterationLogSource, version: str, jobs: list, existing: dict, imported: dict,
+                report: Outcome) -> Iterator[Event]:
         for result in pmap(_score_job, jobs):
             if result is None:
                 report.unchanged += 1
@@ -136,14 +160,36 @@ class ScoringPass:
             payload, payload_json, payload_hash, data, data_sha = result
             it = payload["iteration"]
             prev = existing.get(it) or imported.get(it)
-            todo.append(Event("score.computed", f"{src.id}:score:{it}", src.id,
-                              f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
-                              content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
-                              extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha}))
-        return todo
+            yield Event("score.computed", f"{src.id}:score:{it}", src.id,
+                        f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
+                        content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
+                        extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha})
 
 
 SWEEP_FROM = 8  # a pass of more iterations than this removes killed writers' temp files first
+GATHER_CHUNK = 5000  # iterations whose inputs are gathered together
+
+
+def _batches(events: Iterator[Event]) -> Iterator[list[Event]]:
+    batch: list[Event] = []
+    for ev in events:
+        batch.append(ev)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _lookahead(items: Iterator[list[Event]]) -> Iterator[tuple[list[Event], bool]]:
+    """Each batch, and whether it is the last (``finish`` runs in the last transaction)."""
+    prev = None
+    for item in items:
+        if prev is not None:
+            yield prev, False
+        prev = item
+    if prev is not None:
+        yield prev, True
 
 
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:

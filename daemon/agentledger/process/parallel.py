@@ -101,13 +101,20 @@ def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | N
     limit = in_flight or workers() + 1
     queue: deque = deque()
     items = iter(items)
+    pending = None  # an item taken from ``items`` and not yet in the queue
     try:
         for item in items:
+            pending = item
             queue.append((item, pool.submit(fn, item)))
-            if len(queue) >= limit:
-                yield queue.popleft()[1].result()
+            pending = None
+            while len(queue) >= limit:
+                result = queue[0][1].result()  # leaves the queue only once it has a result
+                queue.popleft()
+                yield result
         while queue:
-            yield queue.popleft()[1].result()
+            result = queue[0][1].result()
+            queue.popleft()
+            yield result
     except BrokenProcessPool as exc:
         import logging
 
@@ -115,9 +122,14 @@ def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | N
         logging.getLogger("agentledger").warning("worker processes unavailable (%s); working in-process", exc)
         _disabled = True
         shutdown()
-        for item, _ in queue:  # what had not been consumed yet, then the rest, here
+        for item, _ in queue:  # what had not been consumed yet, then the rest, here: none is lost
             yield fn(item)
+        if pending is not None:
+            yield fn(pending)
         yield from map(fn, items)
+
+
+MAX_CHUNK = 512  # items a worker gets at a time in a pmap
 
 
 def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) -> Iterator[R]:
@@ -137,8 +149,11 @@ def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) 
     try:
         if _pool is None:
             _pool = _start_pool(n)
-        chunk = max(64, len(items) // (n * 8))
-        return iter(list(_pool.map(fn, items, chunksize=chunk)))
+        chunk = min(max(64, len(items) // (n * 8)), MAX_CHUNK)
+        parts = ((fn, items[i:i + chunk]) for i in range(0, len(items), chunk))
+        # a few chunks in flight, not all of them: results are consumed (committed) while
+        # later ones are computed, and memory holds a few chunks, not the whole pass
+        return (r for part in imap_bounded(_apply, parts, in_flight=2 * n + 1) for r in part)
     except (BrokenProcessPool, OSError) as exc:
         import logging
 
@@ -146,6 +161,11 @@ def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) 
         _disabled = True
         shutdown()
         return map(fn, items)
+
+
+def _apply(job: tuple) -> list:  # in a worker: one chunk of a pmap
+    fn, part = job
+    return [fn(x) for x in part]
 
 
 def shutdown() -> None:
