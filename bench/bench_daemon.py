@@ -15,6 +15,10 @@ Generates a log with a git repository and a Claude transcript, starts
   closed iteration's window; time until that iteration's sidecar shows it;
   p50/p95 over ``--appends`` (target p95 ≤ 500 ms);
 * RSS after the initial scan and after all of the above;
+* a warm restart: SIGTERM, then ``agentledger run`` again on the same ledger and
+  sources (nothing changed meanwhile); time from start to READY=1 (target ≤ 1 s at
+  10,000, issue #25), beside the floor of a process that imports the daemon's modules
+  and exits;
 * with ``--churn-rounds R``, a long mixed workload afterwards: each round
   edits 5 already closed iterations (editor-style save that changes their
   score), appends 3 transcript lines and closes one new iteration, then waits
@@ -151,6 +155,21 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=30)
 
+        warm = []
+        for _ in range(3):
+            sock.setblocking(True)
+            started = time.perf_counter()
+            proc = subprocess.Popen(cmd, env={**os.environ, "NOTIFY_SOCKET": str(sock_path)},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while b"READY=1" not in sock.recv(65536):
+                pass
+            warm.append(time.perf_counter() - started)
+            proc.terminate()
+            proc.wait(timeout=30)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import agentledger.service.daemon, agentledger.ledger"], check=True)
+        imports = time.perf_counter() - t
+
         ms = lambda xs, p: round(pct(xs, p) * 1000, 1)  # noqa: E731
         result = {
             "iterations": args.iterations, "startup_to_ready_s": round(startup, 2),
@@ -159,6 +178,7 @@ def main() -> None:
             "transcript_p50_ms": ms(appends, 50) if appends else None,
             "transcript_p95_ms": ms(appends, 95) if appends else None, "appends_measured": len(appends),
             "rss_ready_mb": round(rss_ready, 1), "rss_end_mb": round(rss_end, 1),
+            "warm_restart_to_ready_s": [round(w, 2) for w in warm], "imports_floor_s": round(imports, 2),
         }
         print(f"{args.iterations} iterations: ready in {startup:.1f} s; idle CPU {idle:.3f} % over {args.idle_seconds:.0f} s")
         print(f"close → sidecar: p50 {result['close_p50_ms']} ms, p95 {result['close_p95_ms']} ms over {len(closes)}")
@@ -166,6 +186,8 @@ def main() -> None:
             print(f"transcript line → rewritten sidecar: p50 {result['transcript_p50_ms']} ms, "
                   f"p95 {result['transcript_p95_ms']} ms over {len(appends)}")
         print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the closes and appends")
+        print(f"warm restart → READY: {', '.join(f'{w:.2f}' for w in warm)} s (start and imports alone:"
+              f" {imports:.2f} s)")
         if churn:
             result["churn"] = churn
             print(f"churn: {churn['rounds']} rounds ({churn['changes']} file changes) in {churn['seconds']} s;"
