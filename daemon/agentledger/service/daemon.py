@@ -2,14 +2,15 @@
 
 How it runs, in order:
 
-1. Scan every source fully (as ``ingest --once``); systemd's start timeout is
-   extended while that scan runs. Then start the watches, scan once more to
-   catch what was written meanwhile (unchanged files are only stat'ed), and
-   only then say ``READY=1``.
+1. On a first start, scan every source fully (as ``ingest --once``); systemd's
+   start timeout is extended while that scan runs. Then start the watches, scan
+   (again) to catch what was written meanwhile or while the service was down
+   (unchanged files are only stat'ed), and only then say ``READY=1``. A warm
+   restart makes only the second scan.
 2. Watch every source directory with watchfiles. A change set is only a hint:
    the named files are re-stat'ed and re-read by the same code as a scan, and
    our own temp files and sidecars are filtered out so writes do not echo.
-3. Between change sets (at least once a second) the main loop pings the
+3. Between change sets (at least every 100 ms) the main loop pings the
    watchdog (so a stuck loop gets the service restarted) and runs what the
    scheduler asked for: a full reconcile scan (the backstop for missed
    notifications, default every 300 s), a trunk re-check (a commit landing
@@ -46,6 +47,7 @@ from .checkpointer import Checkpointer
 from .notify import Notifier
 
 log = structlog.get_logger("agentledger.daemon")
+TICK_MS = 100  # how often the main loop runs with nothing changing (the watchdog, the scheduler's requests)
 
 
 class _Filter(watchfiles.DefaultFilter):
@@ -137,7 +139,8 @@ class Daemon:
             return 1
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
         self.checkpointer = Checkpointer(self.cfg.store.path).start()
-        self._guard("initial scan", self.ledger.scan_all)
+        if self._cold():  # a warm restart leaves it all to the catch-up scan: one scan, not two
+            self._guard("initial scan", self.ledger.scan_all)
         self._restart_shipping()
         scheduler = self._scheduler()
         try:
@@ -152,6 +155,14 @@ class Daemon:
             os.close(self.run_lock)
             log.info("stopped")
         return 0
+
+    def _cold(self) -> bool:
+        """Whether this ledger has never read its sources (a first start): its long first
+        scan then runs before the watches exist, so that their queues do not fill while it
+        works. Otherwise the scan after the watches exist finds what changed while the
+        service was down; the watches hear what changes during it."""
+        assert self.ledger is not None
+        return self.ledger.conn.execute("SELECT 1 FROM source_checkpoints LIMIT 1").fetchone() is None
 
     def _open_ledger(self) -> Ledger | None:
         """Open (and migrate) the store, waiting with backoff while it cannot be:
@@ -208,7 +219,11 @@ class Daemon:
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
         paths = self.ledger.watch_paths()
-        tick = 1000
+        # The watches exist once the watcher is made, but the loop hears from it only at its
+        # first yield: a change, or rust_timeout. That first yield is READY's moment (after a
+        # catch-up scan), so the timeout is short: with a 1 s tick a warm restart spent half
+        # its time waiting for it. A yield with nothing to do costs a few microseconds.
+        tick = TICK_MS
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
         ready = False
