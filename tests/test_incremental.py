@@ -272,3 +272,49 @@ def test_a_pass_gathered_in_parts_equals_one_gathered_whole(tmp_path: Path, monk
     monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 5000)
     assert run_cli("backfill", "--rubric", "3.0.0", *common, "--db", str(whole))[0] == 0
     assert state(parts) == state(whole)
+
+
+def test_the_daemons_trunk_index_follows_forward_moves_as_a_full_pass_would(tmp_path: Path) -> None:
+    """Between full scans the service checks a forward move of the trunk against an index
+    of every iteration's commit, kept up to date, instead of resolving the whole log
+    again. A revert of a landed iteration's commit, a side commit fast-forwarded onto the
+    trunk and a new iteration, each followed by one targeted pass: the ledger ends equal
+    to a fresh ingest of the same repository."""
+    from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 40, seed=6)
+    src = make_source(gen.log, gen.repo)
+    ledger = Ledger(Config(store=StoreConfig(path=tmp_path / "live.sqlite"), scoring=ScoringConfig(),
+                           iteration_logs=(src,)))
+    try:
+        ledger.scan_all()
+        assert ledger.rescore(src).scored == 0  # builds the index: nothing to do
+        full = [it for it in range(5, 40) if len(_commit_of(gen, it)) == 40]
+        victim = full[3]
+        git(gen.repo, "commit", "--allow-empty", "-q", "-m",
+            f'Revert "iter {victim}"\n\nThis reverts commit {_commit_of(gen, victim)}.')
+        assert victim in ledger.planner.affected(src)  # the cached path, not a full resolve
+        ledger.rescore(src)
+        git(gen.repo, "checkout", "-q", "-b", "feature")
+        git(gen.repo, "commit", "--allow-empty", "-q", "-m", "feature work")
+        side = git(gen.repo, "rev-parse", "HEAD")
+        (gen.log / "iter-41.yaml").write_text(
+            f"schema_version: 2\niteration: 41\ntask_id: t0-0\ncommit: {side[:12]}\n"
+            "impl:\n  summary: \"feature work\"\n  scope_note: on-target\n")
+        git(gen.repo, "checkout", "-q", "master")
+        ledger.ingest_paths([gen.log / "iter-41.yaml"])
+        git(gen.repo, "merge", "-q", "--ff-only", "feature")
+        assert 41 in ledger.planner.affected(src)  # its commit is on the trunk now: landed
+        ledger.rescore(src)
+    finally:
+        ledger.close()
+    assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+                   "--db", str(tmp_path / "fresh.sqlite"))[0] == 0
+    assert scores(tmp_path / "live.sqlite") == scores(tmp_path / "fresh.sqlite")
+
+
+def _commit_of(gen, it: int) -> str:
+    import yaml
+
+    return str(yaml.safe_load((gen.log / f"iter-{it}.yaml").read_text()).get("commit") or "")

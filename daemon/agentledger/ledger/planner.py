@@ -9,6 +9,7 @@ the entries it handled in its own last transaction.
 from __future__ import annotations
 
 import json
+import re
 
 from ..config import IterationLogSource
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
@@ -18,6 +19,10 @@ from .context import Context
 from .inputs import iso_ns
 from .windows import window_successors, windows_meeting
 
+# a commit reference that names a commit by its (abbreviated) SHA: what it resolves to never
+# changes (GitRepo.forget keeps exactly these across a forward move of the trunk)
+_SHA_REF = re.compile(r"[0-9a-fA-F]{4,64}")
+
 
 class Planner:
     def __init__(self, ctx: Context) -> None:
@@ -25,10 +30,17 @@ class Planner:
         self.ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
         self._consumed: tuple[str, list[int]] | None = None  # pending rows the current pass read
         self._pending_tip: tuple[str, str | None] | None = None  # the trunk tip the current pass saw
+        # source -> (iteration -> (commit ref, summary), commit ref -> resolution): what a
+        # forward move of the trunk is checked against, kept up to date with changed
+        # iterations, so a commit on the trunk costs its own range, not a pass over the log
+        self.facts: dict[str, tuple[dict[int, tuple[str, str | None]], dict]] = {}
+        self.stable: set[str] = set()  # references seen to be a resolved commit's SHA
 
     def forget(self) -> None:
         """Drop the commit-time index (a full scan rebuilds it from the table and git)."""
         self.ends.clear()
+        self.facts.clear()
+        self.stable.clear()
 
     def affected(self, src: IterationLogSource) -> list[int]:
         """The iterations whose score inputs may have changed since the last pass.
@@ -69,12 +81,20 @@ class Planner:
                 old = row[0] if row else None
                 forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
                 repo.forget(keep_shas=forward)  # names may point elsewhere now
-                rows = conn.execute(
-                    "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
-                    " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
-                res = repo.resolve([r[1] for r in rows])
-                self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c, _ in rows}
-                out |= self._trunk_affected(repo, old, tip, rows, res, forward)
+                cached = self.facts.get(src.id) if forward and src.id in self.ends else None
+                if cached is None:
+                    rows = conn.execute(
+                        "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
+                        " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
+                    res = repo.resolve([r[1] for r in rows])
+                    cached = self.facts[src.id] = ({it: (c, s) for it, c, s in rows}, dict(res))
+                    self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c, _ in rows}
+                if not forward or old is None or tip is None:
+                    out |= set(cached[0])  # first pass, no trunk, or rewritten history
+                else:
+                    shas, subjects, runs = repo.range_facts(old, tip)
+                    out |= self._moved_forward(src, repo, *cached, shas)
+                    out |= _on_trunk(cached[0], cached[1], shas, subjects, runs)
             if out or spans:
                 ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
                                                       and r[1] == src.id})
@@ -83,6 +103,33 @@ class Planner:
                     out |= windows_meeting(ends, spans)
         self._pending_tip = (src.id, tip)
         return sorted(out)
+
+    def _moved_forward(self, src: IterationLogSource, repo: GitRepo, refs: dict, res: dict,
+                       shas: set[str]) -> set[int]:
+        """After a forward move: resolve again the references that may now mean something
+        else — names, and the abbreviated SHAs of missing commits that one of the new
+        commits' SHAs begins with; the iterations whose resolution changed."""
+        def moved(c: str | None) -> bool:
+            if c in self.stable:
+                return False
+            r = res.get(c)
+            if r is not None and r.sha and _SHA_REF.fullmatch(c or ""):
+                self.stable.add(c)  # type: ignore[arg-type]
+                return False  # a commit's SHA: what it names never changes
+            return not _SHA_REF.fullmatch(c or "") or any(s.startswith(c.lower()) for s in shas)  # type: ignore[union-attr]
+
+        again = sorted({c for c, _ in refs.values() if moved(c)})
+        if not again:
+            return set()
+        fresh = repo.resolve(again)
+        ends = self.ends[src.id]
+        out = set()
+        for it, (c, _) in refs.items():
+            if c in fresh and fresh[c] != res.get(c):
+                out.add(it)
+                ends[it] = iso_ns(fresh[c].commit_time)
+        res.update(fresh)
+        return out
 
     def record_trunk(self, src: IterationLogSource) -> None:
         """After a pass that accounted for trunk moves, remember the tip it saw."""
@@ -114,31 +161,22 @@ class Planner:
             ends = self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c in rows}
         elif changed:
             rows = conn.execute(
-                "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
-                " (SELECT value FROM json_each(?))", (src.id, json.dumps(sorted(changed)))).fetchall()
+                "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
+                " WHERE source = ? AND iteration IN (SELECT value FROM json_each(?))",
+                (src.id, json.dumps(sorted(changed)))).fetchall()
             res = repo.resolve([r[1] for r in rows])
-            present = {it for it, _ in rows}
-            for it, c in rows:
+            present = {it for it, _, _ in rows}
+            facts = self.facts.get(src.id)
+            for it, c, summary in rows:
                 ends[it] = iso_ns(res[c].commit_time)
+                if facts is not None:
+                    facts[0][it] = (c, summary)
+                    facts[1][c] = res[c]
             for it in changed - present:
                 ends.pop(it, None)  # removed
+                if facts is not None:
+                    facts[0].pop(it, None)
         return sorted(ends.items())
-
-    @staticmethod
-    def _trunk_affected(repo: GitRepo, old: str | None, new: str | None, rows: list, res: dict,
-                        forward: bool) -> set[int]:
-        if not forward or old is None or new is None:
-            return {r[0] for r in rows}  # first pass, no trunk, or rewritten history
-        shas, subjects, runs = repo.range_facts(old, new)
-        out = set()
-        for it, commit, summary in rows:
-            sha = res[commit].sha
-            if sha:
-                if sha in shas or any(sha.startswith(r) for r in runs):
-                    out.add(it)
-            elif summary and summary.strip().casefold() in subjects:
-                out.add(it)
-        return out
 
     def _artifact_refs_by_iteration(self, src: IterationLogSource) -> list[tuple[int, str, str]]:
         sql = (f"SELECT i.iteration, '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact')"
@@ -146,3 +184,19 @@ class Planner:
                f" UNION ALL SELECT i.iteration, '{REVIEW_DECISION}', json_extract(i.record, '$.review.decision_artifact')"
                " FROM iteration_records i WHERE i.source = ?")
         return [(r[0], r[1], r[2]) for r in self.ctx.conn.execute(sql, (src.id, src.id)) if r[2]]
+
+
+def _on_trunk(refs: dict[int, tuple[str, str | None]], res: dict, shas: set[str], subjects: set[str],
+              runs: set[str]) -> set[int]:
+    """The iterations a forward move of the trunk can change: their commit is one of the
+    new ones, or a new commit reverts it (``runs``: hex runs of revert messages), or it
+    does not resolve and a new commit has its summary as subject."""
+    out = set()
+    for it, (commit, summary) in refs.items():
+        sha = res[commit].sha if commit in res else ""
+        if sha:
+            if sha in shas or (runs and any(sha.startswith(r) for r in runs)):
+                out.add(it)
+        elif summary and summary.strip().casefold() in subjects:
+            out.add(it)
+    return out

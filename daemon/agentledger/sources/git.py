@@ -222,6 +222,7 @@ class GitRepo:
         self._trunk_log: TrunkLog | None = None
         self._changed: dict[str, tuple[str, ...] | None] = {}
         self._resolved: dict[str, Resolution] = {}
+        self._volatile: set[str] = set()  # resolved keys a forward move forgets (not a SHA's)
         self._view: dict[str, str | None] | None = None  # see one_view
 
     # -- plumbing -----------------------------------------------------------
@@ -332,6 +333,7 @@ class GitRepo:
                 sha = direct_commit or (p[0] if p is not None and p[1] == "commit" else "")
                 commits[raw] = direct_commit
                 self._resolved[raw] = Resolution(sha=sha)
+                self._volatile.update(() if sha and _HEXISH.fullmatch(raw) else (raw,))
             times = self._commit_times([c for c in commits.values() if c])
             for raw, c in commits.items():
                 if c and c in times:
@@ -342,12 +344,9 @@ class GitRepo:
         """Drop cached resolutions: names move and missing commits can appear. With
         ``keep_shas`` (the trunk only moved forward), keep what a hex SHA (full or
         abbreviated) resolved to, since an existing commit never changes."""
-        if not keep_shas:
-            self._resolved.clear()
-            return
-        for raw, res in list(self._resolved.items()):
-            if not (res.sha and _HEXISH.fullmatch(raw)):
-                del self._resolved[raw]
+        for raw in self._volatile if keep_shas else list(self._resolved):  # no pass over every SHA
+            self._resolved.pop(raw, None)
+        self._volatile.clear()
 
     def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
         real = [q for q in queries if q]
