@@ -147,3 +147,25 @@ def test_compare_iterations_has_their_cost_as_a_metric(priced, tmp_path) -> None
         assert r[f"n_{side}"] == len(usd) and r[f"value_{side}"] == pytest.approx(sum(usd) / len(usd))
     assert c["unpriced"] == [sum(x["unpriced"] for it, x in by_it.items() if lo <= it <= hi)
                              for lo, hi in ((1, 20), (21, 40))]
+
+
+def test_a_real_record_is_priced_from_its_own_session_tokens(fixtures: Path, empty_repo, tmp_path) -> None:
+    """The real eval-store record (claude-opus-4-8, native session_tokens 4,200 in,
+    850 out, 3,100 cache reads, 900 cache writes) has no transcript: its record's
+    counts, read as Anthropic usage, by hand at the prices of the file."""
+    log = fixtures / "dot-agents/internal/eval/store/testdata/r2contract-go-impl-pure-fn/iteration-log"
+    work = tmp_path / "log"
+    work.mkdir()
+    (work / "iter-1.yaml").write_bytes((log / "iter-1.yaml").read_bytes())
+    db = tmp_path / "l.sqlite"
+    (tmp_path / "prices.toml").write_text('[models."claude-opus-4-8"]\ninput = 5.0\noutput = 25.0\n'
+                                          'cache_read = 0.5\ncache_write_5m = 6.25\n')
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[cost]\nprices = "{tmp_path / "prices.toml"}"\n')
+    args = ["--iteration-log", str(work), "--repo", str(empty_repo.path), "--config", str(cfg)]
+    assert run_cli("ingest", *args)[0] == 0
+    code, out, err = run_cli("cost", "iterations", "--by", "model", "--json", *args)
+    assert code == 0, err
+    (line,) = json.loads(out)
+    assert line["group"] == "claude-opus-4-8" and line["priced"] == 1
+    assert line["usd"] == pytest.approx((4200 * 5 + 850 * 25 + 3100 * 0.5 + 900 * 6.25) / 1e6, abs=1e-12)
