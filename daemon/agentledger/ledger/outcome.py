@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import AgentledgerError
@@ -40,8 +40,3 @@ class Outcome:
         self.unwritten.update(other.unwritten)
         self.still_unwritten |= other.still_unwritten
         return self
-
-
-def chunks(items: list, size: int = BATCH) -> Iterable[list]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
