@@ -131,14 +131,13 @@ def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None
     if prices is not None:
         from .cost import iteration_parts, priced
 
-        units, cost = set(cohort.units), cohort.values.setdefault("cost_usd", {})
-        for src, it, _, when, _, parts in iteration_parts(conn, rubric or "", transcripts or {}):
-            if (src, it) in units:
-                usd = priced(prices, parts, when)
-                if usd is None:
-                    cohort.unpriced += 1
-                else:
-                    cost[(src, it)] = [usd]
+        cost = cohort.values.setdefault("cost_usd", {})
+        for src, it, _, when, _, parts in iteration_parts(conn, rubric or "", transcripts or {}, set(cohort.units)):
+            usd = priced(prices, parts, when)
+            if usd is None:
+                cohort.unpriced += 1
+            else:
+                cost[(src, it)] = [usd]
     return cohort
 
 

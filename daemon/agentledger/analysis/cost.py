@@ -122,6 +122,13 @@ class Line:
     def unpriced(self) -> int:
         return self.units - self.priced
 
+    def count(self, inp: int, out: int, read: int, write: int) -> None:
+        """Add raw token counts (trials' and iterations' alike)."""
+        self.input += inp
+        self.output += out
+        self.cache_read += read
+        self.cache_write += write
+
 
 def trial_cost(prices: Prices, model: str, inp, out, cache_read, cache_write, when: str) -> float | None:
     """A vally trial's cost (its cache writes' lifetime is not reported: 5-minute writes)."""
@@ -140,8 +147,7 @@ def trial_costs(conn, prices: Prices, by: str, run: str | None = None) -> list[L
             " ORDER BY 1, t.item_id", args):
         line = lines.setdefault(group, Line(group))
         line.units += 1
-        line.input, line.output = line.input + (inp or 0), line.output + (out or 0)
-        line.cache_read, line.cache_write = line.cache_read + (cr or 0), line.cache_write + (cw or 0)
+        line.count(inp or 0, out or 0, cr or 0, cw or 0)
         usd = trial_cost(prices, model, inp, out, cr, cw, when)
         if usd is not None:
             line.priced += 1
@@ -194,13 +200,14 @@ def _native(model: str, native: str | None) -> list[tuple[str, Tokens]] | None:
     return [(model, _claude(*n, 0))]
 
 
-def iteration_parts(conn, rubric: str, transcripts: dict[str, tuple[str, ...]]):
+def iteration_parts(conn, rubric: str, transcripts: dict[str, tuple[str, ...]], only: set[tuple] | None = None):
     """For each iteration scored under ``rubric`` (each score names the transcript window
     its tokens came from): (source, iteration, session, date, record model, parts), where
     parts are (model, Tokens) — the turns of the source's transcripts (``transcripts``:
     iteration-log source -> its transcript directories) inside that window, by the model
     that answered (else the record's ``agent.model``) with 1-hour cache writes apart;
-    when no turn falls in it, the record's ``session_tokens``; else none."""
+    when no turn falls in it, the record's ``session_tokens``; else none. ``only``: just
+    these (source, iteration) units (a cohort's), no window summed for any other."""
     rows = conn.execute(
         "SELECT s.source, s.iteration, i.session_id, i.date, json_extract(e.payload, '$.window'),"
         " json_extract(r.record, '$.agent.model'), json_extract(r.record, '$.session_tokens') FROM scores s"
@@ -208,6 +215,8 @@ def iteration_parts(conn, rubric: str, transcripts: dict[str, tuple[str, ...]]):
         " LEFT JOIN record_files r ON r.source = i.source AND r.file = i.file AND r.ordinal = i.ordinal"
         " WHERE s.rubric_version = ? ORDER BY s.source, s.iteration", (rubric,))
     for src, it, session, day, window, model, native in rows:
+        if only is not None and (src, it) not in only:
+            continue
         model = model if isinstance(model, str) else ""
         when = day if isinstance(day, str) and len(day) >= 10 else None
         parts = _window(conn, transcripts.get(src, ()), window, model) or _native(model, native) or []
@@ -238,9 +247,7 @@ def iteration_costs(conn, prices: Prices, by: str, rubric: str,
             line = lines.setdefault(group, Line(group))
             line.units += 1
             for _, t in mine:
-                line.input, line.output, line.cache_read = line.input + t.input, line.output + t.output, \
-                    line.cache_read + t.cache_read
-                line.cache_write += t.cache_write_5m + t.cache_write_1h
+                line.count(t.input, t.output, t.cache_read, t.cache_write_5m + t.cache_write_1h)
             usd = priced(prices, mine, when)
             if usd is not None:
                 line.priced += 1

@@ -35,15 +35,8 @@ class IterationLogs:
     def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
         report = Outcome()
-        conn = self.ctx.conn
         if iterations is None:
-            known, paths = {}, []
-            for path, dev, ino, size, mtime, digest in conn.execute(
-                    "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
-                    " AND kind IN (?,?,?,?,?)", (src.id, *S.LOG_KINDS)):
-                paths.append(path)
-                if digest and not digest.startswith("error:"):  # a file that could not be read is tried again
-                    known[path] = (dev, ino, size, mtime)
+            known, paths = self._known(src, S.LOG_KINDS)
             try:
                 cands, seen = S.changed_log_candidates(src, known)
             except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
@@ -116,13 +109,23 @@ class IterationLogs:
                f" ORDER BY json_extract(r.value, '$[0]') = '{REVIEW_DECISION}', i.iteration, r.key")
         return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args) if r[1]]
 
+    def _known(self, src: IterationLogSource, kinds: tuple[str, ...]) -> tuple[dict[str, tuple], list[str]]:
+        """The stat key of each file of ``kinds`` last read whole and fine (one that could
+        not be read is tried again: chmod changes no stat key), and every checkpointed path."""
+        known, paths = {}, []
+        for path, dev, ino, size, mtime, digest in self.ctx.conn.execute(
+                "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+                f" AND kind IN ({','.join('?' * len(kinds))})", (src.id, *kinds)):
+            paths.append(path)
+            if digest and not digest.startswith("error:"):
+                known[path] = (dev, ino, size, mtime)
+        return known, paths
+
     def _moved(self, src: IterationLogSource, cands: list[S.Candidate], kinds: tuple[str, ...]) -> list[S.Candidate]:
         """The candidates whose stat is not their checkpoint's (or that have none, or
         whose last read failed): ``observe`` would return None for every other one, and
         checking here costs a stat each instead of a worker pool."""
-        known = {r[0]: tuple(r[1:5]) for r in self.ctx.conn.execute(
-            "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
-            f" AND kind IN ({','.join('?' * len(kinds))})", (src.id, *kinds)) if r[5] and not r[5].startswith("error:")}
+        known, _ = self._known(src, kinds)
         out = []
         for c in cands:
             key = known.get(c.rel)
