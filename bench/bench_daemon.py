@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import pct, rss_mb
+from _common import compile_bytecode, pct, rss_mb
 from agentledger.example import synth
 
 T0 = 1_760_000_000
@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=100)
     ap.add_argument("--churn-rounds", type=int, default=0)
     args = ap.parse_args()
+    print(compile_bytecode(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="agentledger-daemon-bench-"))
     try:
         gen = synth.generate(root / "gen", args.iterations)

@@ -8,8 +8,9 @@ users run it:
 
 * cold ``agentledger ingest --once`` of the whole log (target: ≤ 10 s at 10,000);
 * ``agentledger score K`` for the newest iteration, the close-task hook, median
-  of --runs after the ledger is warm (target: ≤ 300 ms at 10,000 and ≤ 1.3× the
-  figure at 100), once with the iteration unchanged and once just written;
+  of --runs after the ledger is warm, once with the iteration unchanged and once just
+  written, working in its own process; then on just-written iterations while
+  ``agentledger run`` serves the ledger (the service answers the hook);
 * ``agentledger backfill`` 2.1.0 → 3.0.0 of every iteration (target: ≤ 5 s at 10,000);
 * the switch back, ``backfill --rubric 2.1.0``, whose scores the ledger holds: it costs
   what it writes (every sidecar), not a rescore;
@@ -35,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import compile_bytecode
 from agentledger.example import synth
 
 
@@ -84,6 +86,28 @@ rows = c.execute("SELECT path, dev, ino, size, mtime_ns, content_hash FROM sourc
 """
 
 
+def hook_with_service(gen, common: list[str], first: int, runs: int) -> list[float]:
+    """``agentledger score N`` on just-written iterations while ``agentledger run`` serves the
+    ledger (the hook's request answered by the service; it also sees the file appear)."""
+    sock = Path(common[common.index("--db") + 1] + ".hook.sock")
+    service = subprocess.Popen([sys.executable, "-m", "agentledger", "run", *common],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not sock.exists():  # listening (the service makes it before its first scan)
+            if service.poll() is not None:
+                raise SystemExit("agentledger run exited")
+            time.sleep(0.05)
+        run(["score", str(first - 1), *common])  # its first answer opens the service's hook ledger
+        times = []
+        for k in range(first, first + runs):
+            synth.add_iteration(gen, k)
+            times.append(run(["score", str(k), *common]))
+        return times
+    finally:
+        service.terminate()
+        service.wait()
+
+
 def bench(n: int, runs: int, out: Path) -> dict:
     root = out / f"n{n}"
     if root.exists():
@@ -105,6 +129,7 @@ def bench(n: int, runs: int, out: Path) -> dict:
         floor.append(run([str(gen.log), str(gen.repo), str(root / "floor.sqlite"), str(n + 1 + k)],
                          script=HOOK_FLOOR))
     (gen.log / "floor.out").unlink()
+    served = hook_with_service(gen, common, n + 1 + runs, runs)
     backfill_s = run(["backfill", *common, "--rubric", "3.0.0"])
     switch_back_s = run(["backfill", *common, "--rubric", "2.1.0"])
     events = subprocess.run([sys.executable, "-m", "agentledger", "query", "SELECT count(*) AS n FROM events",
@@ -116,6 +141,7 @@ def bench(n: int, runs: int, out: Path) -> dict:
         "score_unchanged_median_ms": round(statistics.median(unchanged) * 1000, 1),
         "score_new_iteration_median_ms": round(statistics.median(written) * 1000, 1),
         "hook_floor_median_ms": round(statistics.median(floor) * 1000, 1),
+        "score_new_served_median_ms": round(statistics.median(served) * 1000, 1),
         "reingest_median_s": round(statistics.median(reingest), 3),
         "reingest_floor_median_s": round(statistics.median(reingest_floor), 3),
         "peak_rss_mb": {k: round(v / 1024) for k, v in PEAK_KB.items()},
@@ -131,6 +157,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    print(compile_bytecode(), flush=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
     results = []
     for s in args.sizes.split(","):
@@ -142,7 +169,9 @@ def main() -> None:
               f" {r['score_new_iteration_median_ms']:>9.1f} ms {r['backfill_s']:>7.2f} s {r['switch_back_s']:>5.2f} s {r['events']:>7}")
     for r in results:
         print(f"{r['iterations']:>7}: hook {r['score_new_iteration_median_ms']:.0f} ms against its floor"
-              f" {r['hook_floor_median_ms']:.0f} ms ({r['score_new_iteration_median_ms'] / r['hook_floor_median_ms']:.2f}x);"
+              f" {r['hook_floor_median_ms']:.0f} ms ({r['score_new_iteration_median_ms'] / r['hook_floor_median_ms']:.2f}x),"
+              f" answered by the running service {r['score_new_served_median_ms']:.0f} ms"
+              f" ({r['score_new_served_median_ms'] / r['hook_floor_median_ms']:.2f}x);"
               f" re-ingest with nothing changed {r['reingest_median_s']:.3f} s against its floor"
               f" {r['reingest_floor_median_s']:.3f} s; peak RSS MB {r['peak_rss_mb']}")
     if len(results) >= 2:

@@ -13,7 +13,6 @@ service's config fails loudly at start instead of being silently ignored.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -332,6 +331,8 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
     origin = "defaults"
     base = Path.cwd()
     if path is not None:
+        import tomllib  # only with a file to read (~4 ms of the close-task hook's start otherwise)
+
         try:
             data = tomllib.loads(path.read_text("utf-8"))
         except FileNotFoundError:

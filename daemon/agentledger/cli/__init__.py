@@ -28,9 +28,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+class _Skipped:
+    """What ``cmd`` hands a group for a command not being built: takes its flags, keeps nothing."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self
+
+
+def build_parser(only: str | None = None, command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (``only``: a group's module name) that group's
-    commands alone: the close-task hook need not import every other command's module."""
+    commands alone, or (``command``) that one command of it: the close-task hook need
+    not import every other command's module, nor build every other command's flags."""
     import importlib
 
     parser = Parser(
@@ -44,6 +52,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def cmd(name: str, help: str) -> argparse.ArgumentParser:
+        if command is not None and name != command:
+            return _Skipped()  # type: ignore[return-value]
         p = sub.add_parser(name, help=help, description=help)
         add_common_flags(p)
         return p
@@ -58,17 +68,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 SCORING_COMMANDS = frozenset({"ingest", "score", "backfill", "run", "rebuild", "export"})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def setup_logging(args: argparse.Namespace) -> None:
     import logging
 
+    logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
+                        format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser("ingest" if argv[:1] == ["score"] else None)  # the hook: `agentledger score N …`
+    hook = argv[:1] == ["score"]  # the close-task hook: `agentledger score N …`
+    parser = build_parser("ingest", "score") if hook else build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
-    logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
-                        format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
+    if not hook:  # the hook sets logging up only when it works itself (a running service may answer it)
+        setup_logging(args)
     import sqlite3
 
     from ..errors import AgentledgerError

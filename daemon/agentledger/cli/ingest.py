@@ -41,6 +41,9 @@ def add_commands(cmd) -> None:
     p.add_argument("iteration", type=iteration_number, metavar="N")
     p.add_argument("--source", metavar="NAME", help="which configured iteration log (name or path)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--in-process", action="store_true",
+                   help="do the work in this process even when `agentledger run` serves this ledger"
+                        " (by default the running service answers, the same way, faster)")
     p.set_defaults(func=cmd_score)
 
     p = cmd("backfill", "Rescore every iteration under the active rubric (--rubric VERSION activates that one first).")
@@ -68,8 +71,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return print_outcome(args, "ingest", total, {"rubric": ledger.rubric.version})
 
 
-def _pick_source(ledger, name: str | None):
-    sources = ledger.cfg.iteration_logs
+def _pick_source(cfg, name: str | None):
+    sources = cfg.iteration_logs
     if not sources:
         raise UsageError("score needs an iteration log: --iteration-log DIR --repo DIR, or [[iteration_logs]]")
     if name:
@@ -84,60 +87,86 @@ def _pick_source(ledger, name: str | None):
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    as_json, quiet = bool(args.json), bool(getattr(args, "quiet", False))
+    if not args.in_process:
+        from ..service import hook
+
+        cfg = load_config(args)
+        if not cfg.has_sources:
+            cfg = with_discovered_log(cfg)
+        if cfg.has_sources:
+            answer = hook.ask(cfg, _pick_source(cfg, args.source), args.iteration, as_json=as_json, quiet=quiet)
+            if answer is not None:  # the running service did it, as this process would have
+                return _said(*answer)
+    from . import setup_logging
+
+    setup_logging(args)
+    ledger = open_ledger(args)
+    try:
+        ledger.announce = lambda msg: None  # score_result collects what the ledger says
+        return _said(*score_result(ledger, _pick_source(ledger.cfg, args.source), args.iteration, as_json, quiet))
+    finally:
+        ledger.close()
+
+
+def _said(code: int, out: str, err: str) -> int:
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
+
+
+def score_result(ledger, src, n: int, as_json: bool, quiet: bool) -> tuple[int, str, str]:
+    """What ``agentledger score N`` does and says: (exit code, stdout, stderr). One function
+    for the hook's own process and for the service answering it (``service/hook.py``)."""
     from ..ledger import SourceError
     from ..output.sidecars import iteration_sidecar_name, session_sidecar_name
 
-    ledger = open_ledger(args)
+    out, err = [], []
+    ledger.announce = (lambda msg: None) if quiet else (lambda msg: err.append(f"agentledger: {msg}\n"))
+    report = ledger.ingest(src, iterations=[n])
+    ledger.ensure_rubric()
     try:
-        src = _pick_source(ledger, args.source)
-        n = args.iteration
-        report = ledger.ingest(src, iterations=[n])
-        ledger.ensure_rubric()
-        try:
-            report.add(ledger.score(src, [n]))
-            report.add(ledger.detect())
-        except SourceError as exc:
-            print(f"agentledger: error: {exc}", file=sys.stderr)
-            return EXIT_FAIL
-        row = ledger.conn.execute(
-            "SELECT s.*, i.session_id FROM score_details s JOIN iterations i ON i.source = s.source"
-            " AND i.iteration = s.iteration WHERE s.source = ? AND s.iteration = ? AND s.rubric_version = ?",
-            (src.id, n, ledger.rubric.version)).fetchone()
-        if row is None:
-            q = ledger.conn.execute(
-                "SELECT reason FROM quarantine WHERE source = ? AND path = ? AND resolved_seq IS NULL"
-                " ORDER BY seq DESC LIMIT 1", (src.id, f"iter-{n}.yaml")).fetchone()
-            why = f": quarantined: {q[0]}" if q else ""
-            print(f"agentledger: error: iter-{n}.yaml not found in {src.path}{why}", file=sys.stderr)
-            return EXIT_FAIL
-        session_path = None
-        if row["session_id"]:
-            srow = ledger.conn.execute(
-                "SELECT sidecar FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?",
-                (src.id, row["session_id"], ledger.rubric.version)).fetchone()
-            if srow is not None and srow[0]:
-                session_path = str(src.path / session_sidecar_name(row["session_id"]))
-        breakdown = json.loads(row["breakdown"])
-        value = row["value"]
-        result = {
-            "iteration": n, "score_value": value, "score_band": row["band"], "scored": bool(row["scored"]),
-            "rubric_version": row["rubric_version"],
-            "sidecar_path": str(src.path / iteration_sidecar_name(n)),
-            "session_id": row["session_id"] or None, "session_sidecar_path": session_path,
-            "inputs_hash": row["inputs_hash"], "rescored": report.scored > 0,
-            "sidecar_written": report.sidecars_written > 0, "breakdown": breakdown,
-            "sidecar_not_written": _not_written(ledger, report, src.path / iteration_sidecar_name(n)),
-        }
-        if args.json:
-            print(json.dumps(result, indent=2))
-        elif not getattr(args, "quiet", False):
-            _print_breakdown(result)
-        failures = outcome_failures(report)
-        for err in failures:
-            print(f"agentledger: error: {err}", file=sys.stderr)
-        return EXIT_FAIL if failures else EXIT_OK
-    finally:
-        ledger.close()
+        report.add(ledger.score(src, [n]))
+        report.add(ledger.detect())
+    except SourceError as exc:
+        err.append(f"agentledger: error: {exc}\n")
+        return EXIT_FAIL, "", "".join(err)
+    row = ledger.conn.execute(
+        "SELECT s.*, i.session_id FROM score_details s JOIN iterations i ON i.source = s.source"
+        " AND i.iteration = s.iteration WHERE s.source = ? AND s.iteration = ? AND s.rubric_version = ?",
+        (src.id, n, ledger.rubric.version)).fetchone()
+    if row is None:
+        q = ledger.conn.execute(
+            "SELECT reason FROM quarantine WHERE source = ? AND path = ? AND resolved_seq IS NULL"
+            " ORDER BY seq DESC LIMIT 1", (src.id, f"iter-{n}.yaml")).fetchone()
+        why = f": quarantined: {q[0]}" if q else ""
+        err.append(f"agentledger: error: iter-{n}.yaml not found in {src.path}{why}\n")
+        return EXIT_FAIL, "", "".join(err)
+    session_path = None
+    if row["session_id"]:
+        srow = ledger.conn.execute(
+            "SELECT sidecar FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?",
+            (src.id, row["session_id"], ledger.rubric.version)).fetchone()
+        if srow is not None and srow[0]:
+            session_path = str(src.path / session_sidecar_name(row["session_id"]))
+    breakdown = json.loads(row["breakdown"])
+    value = row["value"]
+    result = {
+        "iteration": n, "score_value": value, "score_band": row["band"], "scored": bool(row["scored"]),
+        "rubric_version": row["rubric_version"],
+        "sidecar_path": str(src.path / iteration_sidecar_name(n)),
+        "session_id": row["session_id"] or None, "session_sidecar_path": session_path,
+        "inputs_hash": row["inputs_hash"], "rescored": report.scored > 0,
+        "sidecar_written": report.sidecars_written > 0, "breakdown": breakdown,
+        "sidecar_not_written": _not_written(ledger, report, src.path / iteration_sidecar_name(n)),
+    }
+    if as_json:
+        out.append(json.dumps(result, indent=2))
+    elif not quiet:
+        _print_breakdown(result, lambda line: out.append(line + "\n"))
+    failures = outcome_failures(report)
+    err += [f"agentledger: error: {e}\n" for e in failures]
+    return (EXIT_FAIL if failures else EXIT_OK), "".join(out), "".join(err)
 
 
 def _not_written(ledger, report, path) -> str | None:
@@ -148,22 +177,23 @@ def _not_written(ledger, report, path) -> str | None:
     return row[0] if row else None
 
 
-def _print_breakdown(r: dict) -> None:
+def _print_breakdown(r: dict, say) -> None:
+    """The breakdown for people, a line at a time to ``say``."""
     from ..model import decode_float
 
     value = "unscored" if not r["scored"] else f"{decode_float(r['score_value'] if r['score_value'] is not None else 'NaN'):.4f}"
-    print(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")
+    say(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")
     state = ("" if r["sidecar_written"] else " (NOT WRITTEN: see below)" if r.get("sidecar_not_written")
              else " (unchanged)")
-    print(f"  sidecar: {r['sidecar_path']}{state}")
+    say(f"  sidecar: {r['sidecar_path']}{state}")
     if r["session_sidecar_path"]:
-        print(f"  session: {r['session_sidecar_path']}")
-    print(f"  {'signal':<20} {'weight':>6} {'score':>6} {'share':>6}  detail")
+        say(f"  session: {r['session_sidecar_path']}")
+    say(f"  {'signal':<20} {'weight':>6} {'score':>6} {'share':>6}  detail")
     for row in r["breakdown"]:
         sub = f"{decode_float(row['sub_score']):.3f}" if row["present"] else "-"
         share = f"{decode_float(row['contribution']):.3f}" if row["present"] else "-"
         detail = row["detail"].replace("\n", " / ")
-        print(f"  {row['signal']:<20} {decode_float(row['nominal_weight']):>6g} {sub:>6} {share:>6}  {detail}")
+        say(f"  {row['signal']:<20} {decode_float(row['nominal_weight']):>6g} {sub:>6} {share:>6}  {detail}")
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -229,4 +259,4 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load()
     logs.setup(cfg.daemon.log_format, "error" if getattr(args, "quiet", False) else "info")
-    return Daemon(load).run()
+    return Daemon(load, answer_hook=score_result).run()

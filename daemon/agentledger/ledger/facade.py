@@ -93,11 +93,14 @@ class Ledger:
     def state(self, key: str) -> str | None:
         return self.ctx.state(key)
 
-    def close(self) -> None:
+    def close(self, *, workers: bool = True) -> None:
+        """``workers=False``: leave the process's worker pool up (a ledger that shares
+        the process with another one still working: the service's hook answers)."""
         self.sidecars.close()
         for repo in self.ctx.repos.values():
             repo.close()
-        shutdown_workers()
+        if workers:
+            shutdown_workers()
         self.ctx.conn.close()
 
     # -- sources ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from ..config import IterationLogSource
@@ -119,11 +119,10 @@ class SidecarSync:
                 stale.append((name, _))
             elif path in problems:  # fixed by hand meanwhile
                 self._solved(path)
-        fsync = self.fsync(len(stale))
-        for name, seq in stale:
-            ev = conn.execute("SELECT type, schema_version, payload FROM events WHERE seq = ?", (seq,)).fetchone()
-            data = render_score_payload(upcast(ev[0], ev[1], json.loads(ev[2])))
-            report.sidecars_written += self.write(src.path / name, data, report, fsync)
+        with self._writing(len(stale), report, "sidecars_written") as write:
+            for name, seq in stale:
+                ev = conn.execute("SELECT type, schema_version, payload FROM events WHERE seq = ?", (seq,)).fetchone()
+                write(src.path / name, render_score_payload(upcast(ev[0], ev[1], json.loads(ev[2]))))
         sql = ("SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?"
                " AND sidecar IS NOT NULL")
         sargs: list = [src.id, version]
@@ -139,12 +138,41 @@ class SidecarSync:
         stale = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
                  and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"])]
         seen.save()
-        fsync = self.fsync(len(stale))
-        for r in stale:
-            data = session_document(conn, src.id, r["session_id"], version)
-            if data is not None:
-                report.sessions_written += self.write(src.path / r["sidecar"], data, report, fsync)
+        with self._writing(len(stale), report, "sessions_written") as write:
+            for r in stale:
+                data = session_document(conn, src.id, r["session_id"], version)
+                if data is not None:
+                    write(src.path / r["sidecar"], data)
         return report
+
+    @contextlib.contextmanager
+    def _writing(self, count: int, report: Outcome, kind: str) -> Iterator[Callable[[Path, bytes], None]]:
+        """A ``write(path, data)`` for ``count`` sidecars of one kind, counted in ``report``.
+
+        Up to ``AUTO_FSYNC_MAX`` they are written here, one by one. More (a backfill, a
+        switch back, a rebuild) go to a writer thread while this one renders the next:
+        a write is mostly kernel time (the rename over the old file), which releases the
+        GIL, so rendering and writing overlap instead of adding up. The caller holds the
+        gate for the whole sync, so the thread takes no lock and asks nothing (it only
+        ever writes what this sync read from the ledger under that lock)."""
+        fsync = self.fsync(count)
+        if count <= AUTO_FSYNC_MAX:
+            def write(path: Path, data: bytes) -> None:
+                setattr(report, kind, getattr(report, kind) + self.write(path, data, report, fsync))
+            yield write
+            return
+        writer, paths = sidecars.BackgroundWriter(), []
+
+        def submit(path: Path, data: bytes) -> None:
+            paths.append(str(path))
+            writer.submit(path, data, fsync, kind)
+        try:
+            yield submit
+        finally:
+            writer.close()
+            report.add(self.writes_outcome(*writer.take()))
+            for path in self._problems().intersection(paths).difference(report.unwritten, report.still_unwritten):
+                self._solved(path)
 
     def write(self, path: Path, data: bytes, report: Outcome, fsync: bool) -> int:
         """One write; the caller holds the gate (``sync``) or uses ``write_scored``.

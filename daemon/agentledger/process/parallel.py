@@ -14,6 +14,7 @@ by its workers or by the next run that starts a pool.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -25,6 +26,7 @@ WARM_THRESHOLD = 64  # when the pool is already up (a daemon after its first sca
                      # a transcript line that rescores 180 iterations
 _pool = None
 _disabled = False
+_starting = threading.Lock()
 POOL_DIR_PREFIX = "agentledger-pool-"
 
 
@@ -42,17 +44,20 @@ def min_items() -> int:
 
 
 def executor():
-    """The shared worker pool, or None when work should stay in this process."""
+    """The shared worker pool, or None when work should stay in this process. Started
+    under a lock: the service's main loop and the thread answering the close-task hook
+    may both want it first (submitting to one pool from two threads is safe)."""
     global _pool, _disabled
     if _disabled or workers() < 2:
         return None
-    if _pool is None:
-        try:
-            _pool = _start_pool(workers())
-        except OSError:
-            _disabled = True
-            return None
-    return _pool
+    with _starting:
+        if _pool is None:
+            try:
+                _pool = _start_pool(workers())
+            except OSError:
+                _disabled = True
+                return None
+        return _pool
 
 
 def _pool_dir() -> str:

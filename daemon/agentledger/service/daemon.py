@@ -44,6 +44,7 @@ from ..ledger import Ledger, Outcome
 from ..output.sidecars import is_temp_name
 from .backoff import backoff
 from .checkpointer import Checkpointer
+from .hook import HookAnswer, HookServer
 from .notify import Notifier
 
 log = structlog.get_logger("agentledger.daemon")
@@ -102,7 +103,9 @@ def hold_run_lock(store: Path) -> int:
 
 
 class Daemon:
-    def __init__(self, load_config: Callable[[], Config]):
+    def __init__(self, load_config: Callable[[], Config], answer_hook: HookAnswer | None = None):
+        """``answer_hook``: what ``agentledger score N`` prints (``cli``'s ``score_result``),
+        so that the service answers the close-task hook (``hook.py``); None: it does not."""
         from dataclasses import replace
 
         self.cfg = load_config()
@@ -119,6 +122,8 @@ class Daemon:
         self.checkpointer: Checkpointer | None = None
         self.shipping = None  # a ShipLoop when [[ship]] names team ledgers
         self.run_lock = -1  # hold_run_lock
+        self.answer_hook = answer_hook
+        self.hook: HookServer | None = None  # answers the close-task hook while the service runs
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
@@ -139,6 +144,7 @@ class Daemon:
             return 1
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
         self.checkpointer = Checkpointer(self.cfg.store.path).start()
+        self._restart_hook()
         if self._cold():  # a warm restart leaves it all to the catch-up scan: one scan, not two
             self._guard("initial scan", self.ledger.scan_all)
         self._restart_shipping()
@@ -151,6 +157,8 @@ class Daemon:
             if self.shipping is not None:
                 self.shipping.stop()
             self.checkpointer.stop()
+            if self.hook is not None:
+                self.hook.stop()
             self.ledger.close()
             os.close(self.run_lock)
             log.info("stopped")
@@ -198,6 +206,14 @@ class Daemon:
             from .shipping import start
 
             self.shipping = start(self.cfg)
+
+    def _restart_hook(self) -> None:
+        """(Re)start answering the close-task hook under the configuration now in force."""
+        if self.hook is not None:
+            self.hook.stop()
+            self.hook = None
+        if self.answer_hook is not None:
+            self.hook = HookServer(self.cfg, self.answer_hook, log).start()
 
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
@@ -324,6 +340,7 @@ class Daemon:
         self.cfg, self.ledger = cfg, new
         if (cfg.ship, cfg.ledger, cfg.store.path) != old_ship:
             self._restart_shipping()
+        self._restart_hook()
         report = self.ledger.scan_all()
         self.ledger.wait_for_writes()  # READY=1 follows once the backfill's sidecars are on disk
         return report

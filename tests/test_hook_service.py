@@ -1,0 +1,211 @@
+"""The close-task hook answered by the running service (``service/hook.py``): the answer is
+the one the hook would print itself, and the socket answers only its own user, only for
+the sources the service watches under the same settings; a dead service costs nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .test_daemon import RECORD, Notify, running, wait_until
+
+WHATEVER_CHANGES = {"rescored", "sidecar_written"}  # who scored it first: the service's watch or the hook
+
+
+def setup(tmp_path: Path, make_repo, n: int, store: Path | None = None) -> tuple[Path, Path, Path]:
+    """A log of ``n`` closed iterations and a config naming it: (log, config, ledger)."""
+    repo = make_repo()
+    log = tmp_path / "log"
+    log.mkdir()
+    for k in range(1, n + 1):
+        (log / f"iter-{k}.yaml").write_text(RECORD.format(n=k, r=k % 3))
+    db = store or tmp_path / "l.sqlite"
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[[iteration_logs]]\npath = "{log}"\nrepo = "{repo.path}"\n')
+    return log, cfg, db
+
+
+def score(cfg: Path, n: int, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentledger", "--config", str(cfg), "score", str(n), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def daemon_log(tmp_path: Path) -> str:
+    return (tmp_path / "daemon.log").read_text()
+
+
+def test_the_service_answers_the_hook_with_what_the_hook_prints_itself(tmp_path: Path, make_repo) -> None:
+    # a ledger whose socket path is longer than a unix socket address holds (108 bytes)
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    log, cfg, db = setup(tmp_path, make_repo, 3, deep / "l.sqlite")
+    sock = Path(f"{db}.hook.sock")
+    assert len(os.fsencode(sock)) > 108
+    with running(tmp_path, cfg) as (proc, notify):
+        notify.wait_for("READY=1", 60)
+        assert sock.exists() and (sock.stat().st_mode & 0o777) == 0o600
+        (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=1))
+        served = score(cfg, 4, "--json")
+        assert served.returncode == 0, served.stderr
+        assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10), daemon_log(tmp_path)
+        itself = score(cfg, 4, "--json", "--in-process")
+        assert itself.returncode == 0, itself.stderr
+        a, b = json.loads(served.stdout), json.loads(itself.stdout)
+        assert {k: v for k, v in a.items() if k not in WHATEVER_CHANGES} == \
+               {k: v for k, v in b.items() if k not in WHATEVER_CHANGES}
+        assert a["score_band"] and Path(a["sidecar_path"]).read_text().startswith("iteration: 4")
+        # the text a person reads is the same too (but for who wrote the sidecar first)
+        text_served, text_itself = score(cfg, 4), score(cfg, 4, "--in-process")
+        assert text_served.stdout == text_itself.stdout and "iter-4:" in text_served.stdout
+        assert daemon_log(tmp_path).count("close-task hook answered") == 2
+    assert not sock.exists()  # a stopped service leaves no socket behind
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+def test_the_hook_socket_refuses_another_user(tmp_path: Path, make_repo) -> None:
+    # the ledger (and so its socket) where another user can walk to it: pytest's own
+    # temp directories are 0700, which would keep them out before the socket's mode does
+    shared = Path(tempfile.mkdtemp(prefix="hook-socket-test-", dir="/tmp"))
+    shared.chmod(0o755)
+    try:
+        _refuses_another_user(tmp_path, make_repo, shared / "l.sqlite")
+    finally:
+        shutil.rmtree(shared)
+
+
+def _refuses_another_user(tmp_path: Path, make_repo, db: Path) -> None:
+    from agentledger import config as C
+    from agentledger.service import hook
+
+    log, cfg, db = setup(tmp_path, make_repo, 2, db)
+    sock = Path(f"{db}.hook.sock")
+    loaded = C.load(str(cfg))
+    request = json.dumps({"protocol": hook.PROTOCOL, "iteration": 1, "json": True, "quiet": False,
+                          "fingerprint": hook.fingerprint(loaded, loaded.iteration_logs[0])}).encode() + b"\n"
+
+    def as_nobody() -> str:
+        """What user 65534 gets from the socket: 'denied', 'no answer' or the answer."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            os.close(r)
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(10)
+                    s.connect(str(sock))
+                    try:
+                        s.sendall(request)
+                        got = s.recv(65536)
+                    except (ConnectionResetError, BrokenPipeError):  # closed on it, the request unread
+                        got = b""
+                os.write(w, b"answered: " + got if got else b"no answer")
+            except PermissionError:
+                os.write(w, b"denied")
+            except BaseException as exc:
+                os.write(w, repr(exc).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as fh:
+            said = fh.read().decode()
+        os.waitpid(pid, 0)
+        return said
+
+    with running(tmp_path, cfg) as (proc, notify):
+        notify.wait_for("READY=1", 60)
+        assert as_nobody() == "denied"  # mode 0600: the file system keeps others out
+        sock.chmod(0o666)  # and were they let in, the service still asks who is calling
+        assert as_nobody() == "no answer"
+        assert wait_until(lambda: "refused: another user" in daemon_log(tmp_path), 10)
+        assert "close-task hook answered" not in daemon_log(tmp_path)
+        mine = score(cfg, 1, "--json")  # its own user is still answered
+        assert mine.returncode == 0, mine.stderr
+        assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10)
+        assert proc.poll() is None
+
+
+def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Path, make_repo) -> None:
+    log, cfg, db = setup(tmp_path, make_repo, 2)
+    sock = str(Path(f"{db}.hook.sock"))
+    repo = next(p for p in tmp_path.iterdir() if p.name == "repo")
+    other = tmp_path / "other-log"
+    other.mkdir()
+    (other / "iter-1.yaml").write_text(RECORD.format(n=1, r=2))
+
+    def raw(data: bytes, *, shut: bool = True) -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(sock)
+            try:
+                s.sendall(data)
+                if shut:
+                    s.shutdown(socket.SHUT_WR)
+                return s.recv(65536)
+            except (BrokenPipeError, ConnectionResetError):
+                return b""
+
+    with running(tmp_path, cfg) as (proc, notify):
+        notify.wait_for("READY=1", 60)
+        # a source the service does not watch: refused, and the hook scores it itself
+        elsewhere = subprocess.run(
+            [sys.executable, "-m", "agentledger", "score", "1", "--json", "--iteration-log", str(other),
+             "--repo", str(repo), "--db", str(db)], capture_output=True, text=True, timeout=120)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        assert json.loads(elsewhere.stdout)["iteration"] == 1 and (other / "iter-1.score.yaml").exists()
+        # the same source under another setting (a rubric flag): refused too, and done right
+        flagged = score(cfg, 1, "--json", "--rubric", "3.0.0")
+        assert flagged.returncode == 0 and json.loads(flagged.stdout)["rubric_version"] == "3.0.0"
+        assert daemon_log(tmp_path).count("refused: not a source") == 2
+        # what is not a request gets nothing, whatever it is
+        assert raw(b"x" * 70_000) == b""  # too long
+        assert raw(b"not json\n") == b""
+        for bad in ({"protocol": 1, "iteration": "1; touch /tmp/x", "fingerprint": ""},
+                    {"protocol": 1, "iteration": -1}, {"protocol": 99, "iteration": 1}, [1, 2]):
+            assert b"refused" in raw(json.dumps(bad).encode() + b"\n")
+        # a caller that connects and says nothing holds the service up for seconds, not for ever
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.connect(sock)
+            late = score(cfg, 2, "--json")
+        assert late.returncode == 0, late.stderr
+        assert "close-task hook answered" in daemon_log(tmp_path)
+        assert proc.poll() is None
+
+
+def test_a_killed_service_leaves_a_socket_the_hook_works_past(tmp_path: Path, make_repo) -> None:
+    log, cfg, db = setup(tmp_path, make_repo, 2)
+    sock = Path(f"{db}.hook.sock")
+    notify = Notify(tmp_path / "first.sock")
+    env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
+    first = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        notify.wait_for("READY=1", 60)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert sock.exists()  # nobody removed it
+        (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))
+        alone = score(cfg, 3, "--json")  # nobody listens: the hook works itself
+        assert alone.returncode == 0, alone.stderr
+        assert json.loads(alone.stdout)["rescored"] is True
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        notify.close()
+    with running(tmp_path, cfg) as (proc, notify):  # the next service takes the socket over
+        notify.wait_for("READY=1", 60)
+        (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=0))
+        again = score(cfg, 4, "--json")
+        assert again.returncode == 0, again.stderr
+        assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10)
