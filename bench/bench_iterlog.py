@@ -100,6 +100,8 @@ def hook_with_service(gen, common: list[str], first: int, runs: int) -> list[flo
         run(["score", str(first - 1), *common])  # its first answer opens the service's hook ledger
         times = []
         for k in range(first, first + runs):
+            time.sleep(0.5)  # an agent closes an iteration every few minutes, not back to back:
+            # the service has seen the last close by now (its watch also rescores that iteration)
             synth.add_iteration(gen, k)
             times.append(run(["score", str(k), *common]))
         return times

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -182,8 +182,10 @@ class SidecarRefused(OSError):
     pass
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool = True) -> bool:
     """Write ``data`` to ``path`` unless it already holds exactly that; True if written.
+    ``compare=False``: the caller knows the file differs (a sync compared its sha256), so
+    it is not read again first.
 
     A symlink (or any non-regular file) at ``path`` is refused rather than
     followed or replaced: the log directory is someone else's tree."""
@@ -194,7 +196,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
             raise SidecarRefused(f"{path}: not a regular file (symlink or other); refusing to write")
-        if st.st_size == len(data):
+        if compare and st.st_size == len(data):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 with os.fdopen(fd, "rb") as fh:
@@ -203,9 +205,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
             except OSError:
                 pass
     directory = path.parent
-    # the name carries our pid: a run after us can tell a killed writer's leftover
-    # from a live writer's file (remove_stale_temps)
-    fd, tmp = tempfile.mkstemp(prefix=lifetime.stamped(TEMP_PREFIX), suffix=TEMP_SUFFIX, dir=directory)
+    fd, tmp = _temp_file(directory)
     try:
         if data:
             # Allocate the blocks now: a rename over an existing file makes ext4
@@ -215,12 +215,12 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
                 os.posix_fallocate(fd, 0, len(data))
             except OSError:
                 pass
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -235,6 +235,27 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> bool:
         finally:
             os.close(dfd)
     return True
+
+
+_serial = itertools.count()
+
+
+def _temp_file(directory: Path) -> tuple[int, str]:
+    """A new temp file beside the sidecars, open for writing: named with our pid (so a run
+    after us can tell a killed writer's leftover from a live writer's file,
+    ``remove_stale_temps``) and a serial number, made with ``O_EXCL`` and never through a
+    link. mkstemp's random names cost more than the write itself in a bulk rewrite."""
+    prefix = os.path.join(directory, lifetime.stamped(TEMP_PREFIX))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = f"{prefix}{next(_serial)}{TEMP_SUFFIX}"
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:  # a leftover of a dead process that had our pid
+            continue
+    import tempfile
+
+    return tempfile.mkstemp(prefix=lifetime.stamped(TEMP_PREFIX), suffix=TEMP_SUFFIX, dir=directory)
 
 
 def remove_stale_temps(directory: Path) -> int:
@@ -265,16 +286,18 @@ class BackgroundWriter:
     the ledger and writes them then."""
 
     def __init__(self, still_current: Callable[[tuple], bool] | None = None,
-                 gate: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
+                 gate: Callable[[], contextlib.AbstractContextManager] | None = None, *, compare: bool = True) -> None:
         """``still_current(key)``, when given, is asked on the writer thread before
         each write submitted with a key: False (the ledger has moved on, e.g. another
         process scored the same iteration since, or another rubric was activated)
         skips it, so an old queued write cannot land over a newer file. ``gate()``
-        is held around each such question and its write (the ledger's sidecar lock)."""
+        is held around each such question and its write (the ledger's sidecar lock).
+        ``compare=False``: every write is known to change its file (``write_atomic``)."""
         import queue
         import threading
 
         self._still_current = still_current
+        self._compare = compare
         self._gate = gate or contextlib.nullcontext
         self._queue: queue.Queue = queue.Queue(maxsize=4096)
         self._lock = threading.Lock()
@@ -300,7 +323,7 @@ class BackgroundWriter:
                         self.superseded += 1
                         continue
                     try:
-                        written = write_atomic(path, data, durable=durable)
+                        written = write_atomic(path, data, durable=durable, compare=self._compare)
                         with self._lock:
                             self.written[kind] += written
                     except OSError as exc:
