@@ -142,7 +142,7 @@ def main() -> None:
         for line in (gen.log / f"iter-{n + 3}.score.yaml").read_text().splitlines()[:14]:
             print("  " + line)
 
-        step("The close-task hook runs beside the service (no 'database is locked'; same bytes)")
+        step("The close-task hook: the running service answers it (same output; it works itself when none runs)")
         synth.add_iteration(gen, n + 4)
         agentledger("score", str(n + 4), cfg=cfg, show=4)
 
