@@ -209,3 +209,49 @@ def test_a_killed_service_leaves_a_socket_the_hook_works_past(tmp_path: Path, ma
         again = score(cfg, 4, "--json")
         assert again.returncode == 0, again.stderr
         assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+def test_the_hook_never_prints_what_another_users_socket_says(tmp_path: Path, make_repo) -> None:
+    """Another user's listener at the socket's path (a directory others can write to)
+    answers a forged score: the hook does not print it, and works itself."""
+    shared = Path(tempfile.mkdtemp(prefix="hook-socket-test-", dir="/tmp"))
+    shared.chmod(0o777)
+    forged = json.dumps({"exit": 0, "stdout": "iter-1: 1.0000 forged\n", "stderr": ""}).encode()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child: the other user's fake service
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+                srv.bind(str(shared / "l.sqlite.hook.sock"))
+                os.chmod(shared / "l.sqlite.hook.sock", 0o777)
+                srv.listen(4)
+                os.write(w, b"up")
+                srv.settimeout(60)
+                while True:
+                    conn, _ = srv.accept()
+                    with conn:
+                        got = b""
+                        while b"\n" not in got:  # the request, as a real service reads it
+                            chunk = conn.recv(65536)
+                            if not chunk:
+                                break
+                            got += chunk
+                        conn.sendall(forged)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 2) == b"up"
+        log, cfg, db = setup(tmp_path, make_repo, 1, shared / "l.sqlite")
+        done = score(cfg, 1)
+        assert done.returncode == 0, done.stderr
+        assert "forged" not in done.stdout and "iter-1:" in done.stdout
+        assert (log / "iter-1.score.yaml").exists()
+    finally:
+        os.close(r)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        shutil.rmtree(shared)

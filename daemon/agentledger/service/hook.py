@@ -10,9 +10,11 @@ or it refuses, the hook does the work itself, as before.
 
 What the socket trusts, and why it is safe to offer:
 
-* Only this user. The socket is made with mode 0600, and each connection's peer
-  credentials (``SO_PEERCRED``) must carry the service's own uid, so another user
-  (root included) who reaches it anyway is refused.
+* Only this user, both ways. The socket is made with mode 0600, and each connection's
+  peer credentials (``SO_PEERCRED``) must carry the service's own uid, so another user
+  (root included) who reaches it anyway is refused; and the hook talks only to a socket
+  file of its own user whose listener runs as that user, so what another user's process
+  says is never printed as a score.
 * Only what the service would do anyway. A request names one iteration number of
   an iteration log the service already watches, under the same settings: the client
   sends its source and every setting that changes a score or a sidecar
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import struct
 import threading
 from collections.abc import Callable
@@ -74,8 +77,12 @@ def ask(cfg, src, iteration: int, *, as_json: bool, quiet: bool) -> tuple[int, s
     """(exit code, stdout, stderr) as the service answered, or None: no service answers
     for this ledger, or it will not answer this request (the caller works itself)."""
     path = socket_path(cfg.store.path)
-    if not os.path.exists(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
         return None
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return None  # not a service of this user's: never print what another user's process says
     request = json.dumps({"protocol": PROTOCOL, "iteration": iteration, "fingerprint": fingerprint(cfg, src),
                           "json": as_json, "quiet": quiet}).encode() + b"\n"
     dfd = None
@@ -84,6 +91,8 @@ def ask(cfg, src, iteration: int, *, as_json: bool, quiet: bool) -> tuple[int, s
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
             s.settimeout(CONNECT_TIMEOUT)
             s.connect(address)
+            if _peer_uid(s) != os.getuid():  # the socket's file was ours, but who answers?
+                return None
             s.settimeout(ANSWER_TIMEOUT)
             s.sendall(request)
             s.shutdown(socket.SHUT_WR)
@@ -181,7 +190,7 @@ class HookServer:
 
     def _one(self, conn: socket.socket) -> None:
         conn.settimeout(READ_TIMEOUT)
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        uid = _peer_uid(conn)
         if uid != os.getuid():
             self._log.warning("close-task hook request refused: another user", peer_uid=uid)
             return
@@ -216,6 +225,11 @@ class HookServer:
         _send(conn, {"exit": code, "stdout": out, "stderr": err})
         self.answered += 1
         self._log.info("close-task hook answered", iteration=n, exit=code)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end (``SO_PEERCRED``: pid, uid, gid)."""
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
 
 
 def _read_line(conn: socket.socket) -> object:
