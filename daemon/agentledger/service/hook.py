@@ -136,7 +136,6 @@ class HookServer:
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
-        self.answered = 0
 
     def start(self) -> HookServer:
         """Listen (the caller holds the ledger's run lock, so a socket left at the path is
@@ -223,7 +222,6 @@ class HookServer:
             if ledger is not None:
                 ledger.close(workers=False)  # the main loop may be using the pool
         _send(conn, {"exit": code, "stdout": out, "stderr": err})
-        self.answered += 1
         self._log.info("close-task hook answered", iteration=n, exit=code)
 
 
