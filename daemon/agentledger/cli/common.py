@@ -79,12 +79,19 @@ NO_SOURCES = ("no source configured: pass --iteration-log DIR --repo DIR, --vall
               "or add [[iteration_logs]] / [[vally]] / [[annotations]] to the config file")
 
 
-def open_ledger(args: argparse.Namespace, *, need_sources: bool = True):
+def sourced_config(args: argparse.Namespace):
+    """The configuration with its sources: those configured or on the command line, else
+    the dot-agents repository around the current directory (which may find none)."""
+    cfg = load_config(args)
+    return cfg if cfg.has_sources else with_discovered_log(cfg)
+
+
+def open_ledger(args: argparse.Namespace, *, need_sources: bool = True, cfg=None):
+    """``cfg``: the configuration the caller loaded already (``sourced_config``)."""
     from ..ledger import Ledger
 
-    cfg = load_config(args)
-    if need_sources and not cfg.has_sources:
-        cfg = with_discovered_log(cfg)
+    if cfg is None:
+        cfg = sourced_config(args) if need_sources else load_config(args)
     if need_sources and not cfg.has_sources:
         raise UsageError(NO_SOURCES)
     check_flag_paths(args)

@@ -14,12 +14,11 @@ from .common import (
     UsageError,
     empty_source_warnings,
     iteration_number,
-    load_config,
     open_ledger,
     print_outcome,
     progress_bar,
+    sourced_config,
     outcome_failures,
-    with_discovered_log,
 )
 
 
@@ -88,22 +87,18 @@ def _pick_source(cfg, name: str | None):
 
 def cmd_score(args: argparse.Namespace) -> int:
     as_json, quiet = bool(args.json), bool(getattr(args, "quiet", False))
-    if not args.in_process:
+    cfg = sourced_config(args)
+    if not args.in_process and cfg.has_sources:
         from ..service import hook
 
-        cfg = load_config(args)
-        if not cfg.has_sources:
-            cfg = with_discovered_log(cfg)
-        if cfg.has_sources:
-            answer = hook.ask(cfg, _pick_source(cfg, args.source), args.iteration, as_json=as_json, quiet=quiet)
-            if answer is not None:  # the running service did it, as this process would have
-                return _said(*answer)
+        answer = hook.ask(cfg, _pick_source(cfg, args.source), args.iteration, as_json=as_json, quiet=quiet)
+        if answer is not None:  # the running service did it, as this process would have
+            return _said(*answer)
     from . import setup_logging
 
     setup_logging(args)
-    ledger = open_ledger(args)
+    ledger = open_ledger(args, cfg=cfg)
     try:
-        ledger.announce = lambda msg: None  # score_result collects what the ledger says
         return _said(*score_result(ledger, _pick_source(ledger.cfg, args.source), args.iteration, as_json, quiet))
     finally:
         ledger.close()
@@ -248,9 +243,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..service.daemon import Daemon
 
     def load():
-        cfg = load_config(args)
-        if not cfg.has_sources:
-            cfg = with_discovered_log(cfg)
+        cfg = sourced_config(args)
         if not cfg.has_sources:
             raise UsageError(NO_SOURCES)
         if args.log_format:
