@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..config import IterationLogSource
 from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
-from ..scoring.inputs import ScoringInputs, TranscriptTotals
+from ..scoring.inputs import ScoringInputs, TranscriptTotals, digests_of
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from ..sources.git import GitRepo
 from .context import Context
@@ -23,6 +24,40 @@ def iso_ns(iso: str | None) -> int | None:
     if iso is None:
         return None
     return int(datetime.fromisoformat(iso).timestamp()) * 1_000_000_000
+
+
+class _Fields:
+    """What gathering reads of a record: its commit, summary, task and artifact paths, read
+    from its stored JSON (``to_jsonable`` of a ``Record``) as ``Record.from_json`` would
+    give them, without building the record."""
+
+    __slots__ = ("commit", "summary", "task_id", "verifier_artifacts", "decision_artifact")
+
+    def __init__(self, d: dict) -> None:
+        self.commit = d.get("commit", "")
+        self.summary = (d.get("impl") or {}).get("summary", "")
+        self.task_id = d.get("task_id", "")
+        self.verifier_artifacts = [v.get("result_artifact", "") for v in d.get("verifiers") or ()]
+        self.decision_artifact = (d.get("review") or {}).get("decision_artifact", "")
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """One iteration's scoring inputs as gathered: every fact (``ScoringInputs.facts``),
+    and the record as its stored JSON text. The record is decoded only where the
+    iteration is scored, and only once its inputs hash shows it changed: a pass of
+    10,000 iterations neither decodes nor ships 10,000 records from its main process."""
+
+    iteration: int
+    record_json: str
+    facts: dict
+    window: tuple[int | None, int] | None  # the transcript window its tokens were summed over
+
+    def digests(self, rubric_version: str, marker: bool) -> tuple[str, str]:
+        return digests_of(rubric_version, marker, self.record_json, self.facts)
+
+    def inputs(self) -> ScoringInputs:
+        return ScoringInputs(record=Record.from_json(json.loads(self.record_json)), **self.facts)
 
 
 class Inputs:
@@ -39,12 +74,12 @@ class Inputs:
             args.append(json.dumps(list(iterations)))
         return {r[0]: r[1] for r in self.ctx.conn.execute(sql + " ORDER BY iteration", args)}
 
-    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[tuple[ScoringInputs, str]]:
-        """Scoring inputs of each iteration, with its record's stored JSON (for the inputs hash)."""
+    def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[Gathered]:
+        """Scoring inputs of each iteration, its record still as its stored JSON text."""
         texts = self.effective_json(src, iterations)
         if not texts:
             return []
-        records = {it: Record.from_json(json.loads(t)) for it, t in texts.items()}
+        records = {it: _Fields(json.loads(t)) for it, t in texts.items()}
         repo = self.ctx.repo(src)
         problem = repo.check()
         if problem:
@@ -54,8 +89,8 @@ class Inputs:
         wanted = None
         if iterations is not None:
             wanted = {p for rec in records.values()
-                      for p in [resolve_artifact_path(v.result_artifact) for v in rec.verifiers]
-                      + [resolve_artifact_path(rec.review.decision_artifact)] if p}
+                      for p in [resolve_artifact_path(a) for a in rec.verifier_artifacts]
+                      + [resolve_artifact_path(rec.decision_artifact)] if p}
         arts, tasks = self._artifacts(src, wanted)
         batch = len(records) > 8
         resolutions = repo.resolve([r.commit for r in records.values()])
@@ -75,26 +110,28 @@ class Inputs:
             return None
 
         trunk = repo.trunk_log()
-        windows = self._windows(src, repo, records, resolutions, partial_log=iterations is not None)
+        windows = self._windows(src, repo, {it: r.commit for it, r in records.items()}, resolutions,
+                                partial_log=iterations is not None)
         sums = self._fact_sums(src)
         partial = []
         for it, rec in records.items():
             res = resolutions[rec.commit]
-            landed = repo.landed(rec.commit, rec.impl.summary, res, trunk, batch=batch)
+            landed = repo.landed(rec.commit, rec.summary, res, trunk, batch=batch)
             partial.append((it, rec, res, landed, write_scope(rec.task_id) if landed.resolved else None))
         changed = repo.changed_files([p[3].resolved for p in partial if p[4] is not None])
         out = []
         for it, rec, res, landed, scope in partial:
-            out.append((ScoringInputs(
-                record=rec, trunk=src.trunk, hook=hooks.get(it), labels=labels.get(it),
-                verifier_artifacts=tuple(artifact(v.result_artifact, VERIFIER_RESULT) for v in rec.verifiers),
-                review_artifact=artifact(rec.review.decision_artifact, REVIEW_DECISION),
-                landed=landed, write_scope=scope,
-                changed_files=changed.get(landed.resolved) if scope is not None else None,
-                commit_time=res.commit_time,
-                transcript=(TranscriptTotals(*sums.total(*windows[it])) if sums else TranscriptTotals())
+            facts = {
+                "trunk": src.trunk, "hook": hooks.get(it), "labels": labels.get(it),
+                "verifier_artifacts": tuple(artifact(a, VERIFIER_RESULT) for a in rec.verifier_artifacts),
+                "review_artifact": artifact(rec.decision_artifact, REVIEW_DECISION),
+                "landed": landed, "write_scope": scope,
+                "changed_files": changed.get(landed.resolved) if scope is not None else None,
+                "commit_time": res.commit_time,
+                "transcript": (TranscriptTotals(*sums.total(*windows[it])) if sums else TranscriptTotals())
                 if it in windows else None,
-            ), texts[it], windows.get(it) if sums else None))
+            }
+            out.append(Gathered(it, texts[it], facts, windows.get(it) if sums else None))
         return out
 
     def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:
@@ -125,14 +162,14 @@ class Inputs:
         return arts, tasks
 
     # -- transcript windows (spec §4.7) ----------------------------------------------------
-    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, Record],
+    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, str],
                  resolutions: dict, *, partial_log: bool) -> dict[int, tuple[int | None, int]]:
         """(start, end] in UTC ns for each record whose commit time resolves.
 
         Windows chain in ascending iteration order over the whole log; unresolved
         records get none and do not move the chain. For a subset of iterations
         (``score N``) the chain starts at the nearest lower iteration that resolves."""
-        ends = {it: iso_ns(resolutions[rec.commit].commit_time) for it, rec in records.items()}
+        ends = {it: iso_ns(resolutions[commit].commit_time) for it, commit in records.items()}
         order = sorted(records)
         starts = {}
         if partial_log:  # where the chain restarts: the first iteration, and after each gap

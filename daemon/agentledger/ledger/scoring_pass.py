@@ -147,8 +147,7 @@ class ScoringPass:
                 existing[it] = digest
             else:  # an imported score is scored again here, from the inputs, before it counts
                 imported[it] = f"imported-{imported_seq}"
-        jobs = [(version, marker, x, record_json, existing.get(x.record.iteration), window)
-                for x, record_json, window in inputs]
+        jobs = [(version, marker, g, existing.get(g.iteration)) for g in inputs]
         return self._events(src, version, jobs, existing, imported, report)
 
     def _events(self, src: IterationLogSource, version: str, jobs: list, existing: dict, imported: dict,
@@ -195,11 +194,11 @@ def _lookahead(items: Iterator[list[Event]]) -> Iterator[tuple[list[Event], bool
 def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
     """Everything the ``score.computed`` event and its sidecar need, serialised here
     (in a worker, for bulk work), or None when the iteration's inputs did not change."""
-    version, marker, x, record_json, prev, window = job
-    digest, key = x.digests(version, marker, record_json)
+    version, marker, g, prev = job
+    digest, key = g.digests(version, marker)
     if digest == prev:
         return None
-    payload = score_payload(score(rubrics.load(version), x), digest, marker, key, window)
+    payload = score_payload(score(rubrics.load(version), g.inputs()), digest, marker, key, g.window)
     text = canonical_json(payload)
     data = render_score_payload(payload)
     return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)

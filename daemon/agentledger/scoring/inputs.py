@@ -78,20 +78,36 @@ class ScoringInputs:
         hash with the rubric left out: the *inputs key*. Two scores under different
         rubrics with one key were computed from the same inputs, which is what lets a
         switch back to a rubric reuse its scores without gathering anything."""
-        parts = self._parts(record_json)
-        tag = "+marker" if marker else ""
-        return _hash(f"{rubric_version}{tag}", parts), _hash(tag, parts)
+        return digests_of(rubric_version, marker, record_json, self.facts())
+
+    def facts(self) -> dict[str, object]:
+        """Every input but the record (``ScoringInputs(record=…, **facts)`` is this one again)."""
+        return {name: getattr(self, name) for name in FACTS}
 
     def _parts(self, record_json: str | None) -> tuple[str, ...]:
-        if record_json is None:
-            record_json = _dump(to_jsonable(self.record))
-        return (
-            str(SCORER_REVISION), self.trunk, record_json,
-            _dump(to_jsonable(self.hook)), _dump(to_jsonable(self.labels)),
-            _dump(to_jsonable(self.verifier_artifacts)), _dump(to_jsonable(self.review_artifact)),
-            _dump(to_jsonable(self.landed)), _dump(self.write_scope), _dump(self.changed_files),
-            _dump(self.commit_time), _dump(to_jsonable(self.transcript)),
-        )
+        return _parts_of(record_json if record_json is not None else _dump(to_jsonable(self.record)), self.facts())
+
+
+FACTS = ("trunk", "hook", "labels", "verifier_artifacts", "review_artifact", "landed", "write_scope",
+         "changed_files", "commit_time", "transcript")
+
+
+def digests_of(rubric_version: str, marker: bool, record_json: str, facts: dict[str, object]) -> tuple[str, str]:
+    """``ScoringInputs.digests`` from the record's stored JSON and the other inputs, with
+    no ``Record`` decoded: a pass learns which iterations changed before decoding any."""
+    parts = _parts_of(record_json, facts)
+    tag = "+marker" if marker else ""
+    return _hash(f"{rubric_version}{tag}", parts), _hash(tag, parts)
+
+
+def _parts_of(record_json: str, f: dict[str, object]) -> tuple[str, ...]:
+    return (
+        str(SCORER_REVISION), f["trunk"], record_json,
+        _dump(to_jsonable(f["hook"])), _dump(to_jsonable(f["labels"])),
+        _dump(to_jsonable(f["verifier_artifacts"])), _dump(to_jsonable(f["review_artifact"])),
+        _dump(to_jsonable(f["landed"])), _dump(f["write_scope"]), _dump(f["changed_files"]),
+        _dump(f["commit_time"]), _dump(to_jsonable(f["transcript"])),
+    )
 
 
 def _hash(first: str, parts: tuple[str, ...]) -> str:
