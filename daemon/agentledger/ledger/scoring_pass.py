@@ -45,8 +45,7 @@ class ScoringPass:
         total = sum(len(p) for p in parts if p is not None) if parts != [None] else self._count(src)
         # at most ``total`` scores change; each is committed as its batch fills, and the inputs
         # are gathered a part at a time (a pass of 100,000 never holds all of them)
-        todo = (ev for part in parts
-                for ev in self._changed(src, version, marker, self.inputs.gather(src, part), part, report))
+        todo = self._events(src, version, self._jobs(src, version, marker, parts), total, report)
         fsync = sync.fsync(total)
         writer = None
         if total > AUTO_FSYNC_MAX:
@@ -131,34 +130,36 @@ class ScoringPass:
             " WHERE i.source = ? AND (x.inputs_key IS NULL OR p.inputs_key IS NOT x.inputs_key"
             " OR p.seq IN (SELECT seq FROM imported_scores))", (self.ctx.rubric.version, previous, src.id))]
 
-    def _changed(self, src: IterationLogSource, version: str, marker: bool, inputs: list, iterations,
-                 report: Outcome) -> Iterator[Event]:
+    def _jobs(self, src: IterationLogSource, version: str, marker: bool, parts: list) -> Iterator[tuple]:
+        """Each iteration's scoring job, a part's inputs gathered when the workers come to
+        it: the next part is gathered here while they score the last chunks of this one."""
+        for part in parts:
+            sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u"
+                   " ON u.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?")
+            args: list = [src.id, version]
+            if part is not None:
+                sql += " AND s.iteration IN (SELECT value FROM json_each(?))"
+                args.append(json.dumps(part))
+            existing, imported = {}, {}
+            for it, digest, imported_seq in self.ctx.conn.execute(sql, args):
+                if imported_seq is None:
+                    existing[it] = digest
+                else:  # an imported score is scored again here, from the inputs, before it counts
+                    imported[it] = f"imported-{imported_seq}"
+            for g in self.inputs.gather(src, part):
+                prev = existing.get(g.iteration)
+                yield version, marker, g, prev, prev or imported.get(g.iteration)
+
+    def _events(self, src: IterationLogSource, version: str, jobs: Iterator[tuple], total: int,
+                report: Outcome) -> Iterator[Event]:
         """The ``score.computed`` events of the iterations whose inputs hash changed, as
         the workers compute them (a pass of 100,000 never holds them all)."""
-        sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u ON u.seq = s.seq"
-               " WHERE s.source = ? AND s.rubric_version = ?")
-        args: list = [src.id, version]
-        if iterations is not None:
-            sql += " AND s.iteration IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps(iterations))
-        existing, imported = {}, {}
-        for it, digest, imported_seq in self.ctx.conn.execute(sql, args):
-            if imported_seq is None:
-                existing[it] = digest
-            else:  # an imported score is scored again here, from the inputs, before it counts
-                imported[it] = f"imported-{imported_seq}"
-        jobs = [(version, marker, g, existing.get(g.iteration)) for g in inputs]
-        return self._events(src, version, jobs, existing, imported, report)
-
-    def _events(self, src: IterationLogSource, version: str, jobs: list, existing: dict, imported: dict,
-                report: Outcome) -> Iterator[Event]:
-        for result in pmap(_score_job, jobs):
+        for result in pmap(_score_job, jobs, total=total):
             if result is None:
                 report.unchanged += 1
                 continue
-            payload, payload_json, payload_hash, data, data_sha = result
+            payload, payload_json, payload_hash, data, data_sha, prev = result
             it = payload["iteration"]
-            prev = existing.get(it) or imported.get(it)
             yield Event("score.computed", f"{src.id}:score:{it}", src.id,
                         f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
                         content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
@@ -191,17 +192,18 @@ def _lookahead(items: Iterator[list[Event]]) -> Iterator[tuple[list[Event], bool
         yield prev, True
 
 
-def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str] | None:
+def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
     """Everything the ``score.computed`` event and its sidecar need, serialised here
-    (in a worker, for bulk work), or None when the iteration's inputs did not change."""
-    version, marker, g, prev = job
+    (in a worker, for bulk work), or None when the iteration's inputs did not change;
+    last, the score it replaces, as its event's idempotency key names it."""
+    version, marker, g, prev, replaces = job
     digest, key = g.digests(version, marker)
     if digest == prev:
         return None
     payload = score_payload(score(rubrics.load(version), g.inputs()), digest, marker, key, g.window)
     text = canonical_json(payload)
     data = render_score_payload(payload)
-    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data)
+    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
 
 
 def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:

@@ -13,6 +13,7 @@ by its workers or by the next run that starts a pool.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -137,8 +138,13 @@ def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | N
 MAX_CHUNK = 512  # items a worker gets at a time in a pmap
 
 
-def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) -> Iterator[R]:
+def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int | None = None,
+         total: int | None = None) -> Iterator[R]:
     """``map(fn, items)`` in order; in worker processes when ``items`` is large.
+
+    ``items`` may be a lazy iterator of ``total`` items: it is drawn from only as workers
+    take chunks, so the work that makes the next items (a scoring pass gathering its next
+    part) runs while the workers compute the chunks in flight.
 
     The pool is only an optimisation: if workers cannot start or die (e.g. the
     host program's ``__main__`` cannot be re-imported by them), the work is
@@ -147,15 +153,17 @@ def pmap(fn: Callable[[T], R], items: list[T], *, threshold: int | None = None) 
     n = workers()
     if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
         threshold = min_items() if _pool is None else WARM_THRESHOLD
-    if _disabled or n < 2 or len(items) < threshold:
+    size = len(items) if total is None else total  # type: ignore[arg-type]
+    if _disabled or n < 2 or size < threshold:
         return map(fn, items)
     from concurrent.futures.process import BrokenProcessPool
 
     try:
         if _pool is None:
             _pool = _start_pool(n)
-        chunk = min(max(64, len(items) // (n * 8)), MAX_CHUNK)
-        parts = ((fn, items[i:i + chunk]) for i in range(0, len(items), chunk))
+        chunk = min(max(64, size // (n * 8)), MAX_CHUNK)
+        it = iter(items)
+        parts = ((fn, part) for part in iter(lambda: list(itertools.islice(it, chunk)), []))
         # a few chunks in flight, not all of them: results are consumed (committed) while
         # later ones are computed, and memory holds a few chunks, not the whole pass
         return (r for part in imap_bounded(_apply, parts, in_flight=2 * n + 1) for r in part)
