@@ -318,3 +318,33 @@ def _commit_of(gen, it: int) -> str:
     import yaml
 
     return str(yaml.safe_load((gen.log / f"iter-{it}.yaml").read_text()).get("commit") or "")
+
+
+def test_an_iteration_that_moves_to_another_session_moves_in_both_sessions(tmp_path: Path) -> None:
+    """The session an iteration leaves and the one it joins are both recomputed, under
+    every rubric it has a score in, as a rebuild from the events derives them."""
+    gen = synth.generate(tmp_path / "gen", 30, seed=5)
+    db = tmp_path / "l.sqlite"
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db)]
+    assert run_cli("ingest", *common)[0] == 0
+    assert run_cli("backfill", "--rubric", "3.0.0", *common)[0] == 0
+    p = gen.log / "iter-10.yaml"
+    before = next(line.split(":", 1)[1].strip() for line in p.read_text().splitlines()
+                  if line.strip().startswith("session_id:"))
+    p.write_text(p.read_text().replace(f"session_id: {before}", "session_id: sess-moved", 1))
+
+    def sessions() -> dict:
+        with sqlite3.connect(db) as c:
+            return {r[:2]: r[2:] for r in c.execute(
+                "SELECT session_id, rubric_version, iterations, value, band, sidecar_sha256 FROM sessions")}
+
+    assert run_cli("ingest", *common)[0] == 0
+    incremental = sessions()
+    assert 10 in json.loads(incremental[("sess-moved", "3.0.0")][0])
+    assert 10 in json.loads(incremental[("sess-moved", "2.1.0")][0])  # its score under the other rubric too
+    assert 10 not in json.loads(incremental[(before, "3.0.0")][0])
+    assert 10 not in json.loads(incremental[(before, "2.1.0")][0])
+    code, out, err = run_cli("rebuild", "--json", *common)
+    assert code == 0, err
+    assert sessions() == incremental and json.loads(out)["sessions_written"] == 0
+    assert b"iteration: 10" in (gen.log / "session-sess-moved.score.yaml").read_bytes()

@@ -49,8 +49,9 @@ class IterationFamily:
     def _refresh_iteration(self, source: str, iteration: int) -> None:
         """Re-derive the effective record of one iteration from record_files."""
         self.touched.iterations.add((source, iteration))
-        self.sessions.mark(source, iteration)
-        self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?", (source, iteration))
+        for (session_id,) in self.conn.execute("DELETE FROM iterations WHERE source = ? AND iteration = ?"
+                                               " RETURNING session_id", (source, iteration)).fetchall():
+            self.sessions.mark_left(source, session_id, iteration)
         self.conn.execute(
             "INSERT INTO iterations (source, iteration, file, ordinal, kind, schema_version, date, task_id,"
             " commit_ref, session_id, content_hash, seq, artifact_refs)"

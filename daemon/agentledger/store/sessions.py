@@ -4,6 +4,7 @@ session sidecar bytes it stands for."""
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from collections.abc import Callable
@@ -29,6 +30,8 @@ class SessionFamily:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.dirty: set[tuple[str, str, str]] = set()  # (source, session, rubric)
+        self._marked: set[tuple[str, int, str | None]] = set()  # (source, iteration, rubric or every one)
+        self._left: set[tuple[str, str, int]] = set()  # (source, session, iteration that left it)
         # (bytes, sha256) of each session sidecar rendered by recompute: the writer reuses both
         self.session_bytes: dict[tuple[str, str, str], tuple[bytes, str]] = {}
 
@@ -37,27 +40,50 @@ class SessionFamily:
 
     def mark(self, source: str, iteration: int, version: str | None = None) -> None:
         """Mark the iteration's session for recompute: under ``version`` (a new score
-        changes only its own rubric's summary), or under every rubric it has a score
-        in (its record changed, and with it maybe its session)."""
-        row = self.conn.execute("SELECT session_id FROM iterations WHERE source = ? AND iteration = ?",
-                                (source, iteration)).fetchone()
-        if row is None or not row[0]:
-            return
-        if version is not None:
-            self.dirty.add((source, row[0], version))
-            return
-        for (version,) in self.conn.execute(
-                "SELECT DISTINCT rubric_version FROM scores WHERE source = ? AND iteration = ?",
-                (source, iteration)):
-            self.dirty.add((source, row[0], version))
+        changes only its own rubric's summary), or under every rubric it has a score in
+        (its record changed, and with it maybe its session). Resolved at ``flush``, for
+        the whole transaction in two queries (a cold ingest marks 20,000 of them)."""
+        self._marked.add((source, iteration, version))
+
+    def mark_left(self, source: str, session_id: str | None, iteration: int) -> None:
+        """The session ``iteration`` was in before its row was replaced (the caller read it
+        from the row it deleted): recomputed under every rubric the iteration has a score in."""
+        if session_id:
+            self._left.add((source, session_id, iteration))
 
     def flush(self) -> None:
+        self._resolve()
         groups: dict[tuple[str, str], list[str]] = {}
         for source, session_id, version in sorted(self.dirty):
             groups.setdefault((source, version), []).append(session_id)
         for (source, version), ids in groups.items():
             self._recompute(source, version, ids)
         self.dirty.clear()
+
+    def _resolve(self) -> None:
+        """The marked iterations' sessions (from their rows now) and rubrics, into ``dirty``.
+        A row that changed session meanwhile had its old session marked by ``mark_left``,
+        so resolving late marks what marking at once would have, and no less."""
+        marked, left = self._marked, self._left
+        self._marked, self._left = set(), set()
+        for source in sorted({m[0] for m in marked} | {m[0] for m in left}):
+            its = sorted({it for s, it, _ in marked if s == source} | {it for s, _, it in left if s == source})
+            wanted = json.dumps(its)
+            sessions = dict(self.conn.execute(
+                "SELECT iteration, session_id FROM iterations WHERE source = ? AND iteration IN"
+                " (SELECT value FROM json_each(?))", (source, wanted)))
+            versions: dict[int, list[str]] = {}
+            for it, version in self.conn.execute(
+                    "SELECT DISTINCT iteration, rubric_version FROM scores WHERE source = ? AND iteration IN"
+                    " (SELECT value FROM json_each(?))", (source, wanted)):
+                versions.setdefault(it, []).append(version)
+            for s, it, version in marked:
+                session_id = sessions.get(it) if s == source else None
+                if session_id:
+                    self.dirty.update((source, session_id, v) for v in ((version,) if version else versions.get(it, ())))
+            for s, session_id, it in left:
+                if s == source:
+                    self.dirty.update((source, session_id, v) for v in versions.get(it, ()))
 
     # -- sessions -------------------------------------------------------------------
     def _recompute(self, source: str, version: str, ids: list[str]) -> None:
