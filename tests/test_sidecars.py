@@ -48,3 +48,30 @@ def test_session_id_safety_and_temp_names() -> None:
         assert unsafe_session_id(bad), bad
     assert is_temp_name(".agentledger-abc.tmp") and is_temp_name(".fsops-1.tmp")
     assert is_temp_name("iter-3.hook-outcomes.yaml.tmp") and not is_temp_name("iter-3.yaml")
+
+
+def test_what_a_pass_writes_is_known_without_reading_it_back(tmp_path: Path, monkeypatch) -> None:
+    """A bulk pass records each sidecar it wrote (its stat key and sha256, from the file it
+    wrote) in ``sidecar_seen``: the sync that ends an ingest then reads none of them."""
+    import hashlib
+    import sqlite3
+
+    from agentledger.example import synth
+    from agentledger.ledger import sidecar_sync
+
+    from .conftest import run_cli
+
+    gen = synth.generate(tmp_path / "gen", 40, seed=2)
+    db = tmp_path / "l.sqlite"
+    read_back: list[str] = []
+    real = sidecar_sync.disk_sha
+    monkeypatch.setattr(sidecar_sync, "disk_sha", lambda p: read_back.append(str(p)) or real(p))
+    assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db))[0] == 0
+    written = sorted(gen.log.glob("*.score.yaml"))
+    assert len(written) > 40 and read_back == []
+    with sqlite3.connect(db) as c:
+        seen = {r[0]: r[1:] for r in c.execute("SELECT path, dev, ino, size, mtime_ns, sha256 FROM sidecar_seen")}
+    for p in written:
+        st = p.stat()
+        assert seen[str(p)] == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                hashlib.sha256(p.read_bytes()).hexdigest())

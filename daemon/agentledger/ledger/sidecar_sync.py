@@ -213,11 +213,14 @@ class SidecarSync:
             "INSERT INTO sidecar_problems (path, reason, since) VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ'))"
             " ON CONFLICT (path) DO UPDATE SET reason = excluded.reason", (path, reason))
 
-    def writes_outcome(self, written: dict[str, int], failed: list[tuple[str, str]]) -> Outcome:
-        """A writer thread's counts and failures as a report (failures recorded as problems)."""
+    def writes_outcome(self, written: dict[str, int], failed: list[tuple[str, str]], seen: list[tuple] = ()) -> Outcome:
+        """A writer thread's counts and failures as a report (failures recorded as problems);
+        what it wrote goes to ``sidecar_seen``, so the next sync does not read those files
+        back to learn what they hold."""
         report = Outcome(sidecars_written=written["sidecars_written"], sessions_written=written["sessions_written"])
         for path, reason in failed:
             self.failed(report, path, reason.removeprefix(f"{path}: "))
+        remember(self.ctx.conn, seen)
         return report
 
     def write_scored(self, path: Path, data: bytes, report: Outcome, fsync: bool, version: str) -> int:
@@ -308,15 +311,20 @@ class Seen:
         return True
 
     def save(self) -> None:
-        if not self.fresh:
-            return
-        sql = "INSERT OR REPLACE INTO sidecar_seen (path, dev, ino, size, mtime_ns, sha256) VALUES (?,?,?,?,?,?)"
-        if self.conn.in_transaction:
-            self.conn.executemany(sql, self.fresh)
-        else:
-            with store.write_transaction(self.conn):
-                self.conn.executemany(sql, self.fresh)
+        remember(self.conn, self.fresh)
         self.fresh = []
+
+
+def remember(conn: sqlite3.Connection, rows: list[tuple]) -> None:
+    """(path, dev, ino, size, mtime_ns, sha256) of sidecars known to hold those bytes."""
+    if not rows:
+        return
+    sql = "INSERT OR REPLACE INTO sidecar_seen (path, dev, ino, size, mtime_ns, sha256) VALUES (?,?,?,?,?,?)"
+    if conn.in_transaction:
+        conn.executemany(sql, rows)
+    else:
+        with store.write_transaction(conn):
+            conn.executemany(sql, rows)
 
 
 def disk_sha(path: Path | str) -> str | None:

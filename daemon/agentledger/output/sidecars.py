@@ -182,10 +182,13 @@ class SidecarRefused(OSError):
     pass
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool = True) -> bool:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool = True,
+                 seen: list | None = None) -> bool:
     """Write ``data`` to ``path`` unless it already holds exactly that; True if written.
     ``compare=False``: the caller knows the file differs (a sync compared its sha256), so
-    it is not read again first.
+    it is not read again first. ``seen``: the file's (path, dev, ino, size, mtime_ns,
+    sha256) is appended once it holds ``data``, taken from the file this call wrote or
+    read (``fstat``), so that the next sync knows it without reading it back.
 
     A symlink (or any non-regular file) at ``path`` is refused rather than
     followed or replaced: the log directory is someone else's tree."""
@@ -201,6 +204,9 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 with os.fdopen(fd, "rb") as fh:
                     if fh.read() == data:
+                        if seen is not None:  # what was read is what this file holds
+                            o = os.fstat(fd)
+                            seen.append((str(path), o.st_dev, o.st_ino, o.st_size, o.st_mtime_ns, sha256(data)))
                         return False
             except OSError:
                 pass
@@ -221,7 +227,12 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
+            if seen is not None:  # a rename keeps the inode and the modification time
+                st = os.fstat(fh.fileno())
+                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         os.replace(tmp, path)
+        if seen is not None:
+            seen.append((str(path), *key, sha256(data)))
     except BaseException:
         try:
             os.unlink(tmp)
@@ -304,6 +315,7 @@ class BackgroundWriter:
         self.written: dict[str, int] = {"sidecars_written": 0, "sessions_written": 0}  # by kind
         self.superseded = 0  # writes skipped: the ledger held newer bytes by then
         self.errors: list[tuple[str, str]] = []  # (path, why it could not be written)
+        self.seen: list[tuple] = []  # what each written file is (``write_atomic``'s ``seen``)
         self._thread = threading.Thread(target=self._run, name="agentledger-sidecars", daemon=True)
         self._thread.start()
 
@@ -323,9 +335,11 @@ class BackgroundWriter:
                         self.superseded += 1
                         continue
                     try:
-                        written = write_atomic(path, data, durable=durable, compare=self._compare)
+                        fresh: list[tuple] = []
+                        written = write_atomic(path, data, durable=durable, compare=self._compare, seen=fresh)
                         with self._lock:
                             self.written[kind] += written
+                            self.seen += fresh
                     except OSError as exc:
                         with self._lock:
                             self.errors.append((str(path), str(exc)))
@@ -336,12 +350,13 @@ class BackgroundWriter:
         """Block until every write submitted so far has landed."""
         self._queue.join()
 
-    def take(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
-        """What landed since the last ``take``: counts by kind, and (path, error) of what did not."""
+    def take(self) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple]]:
+        """What landed since the last ``take``: counts by kind, (path, error) of what did
+        not, and what each written file is (for ``sidecar_seen``)."""
         with self._lock:
-            written, errors = self.written, self.errors
-            self.written, self.errors = dict.fromkeys(written, 0), []
-        return written, errors
+            written, errors, seen = self.written, self.errors, self.seen
+            self.written, self.errors, self.seen = dict.fromkeys(written, 0), [], []
+        return written, errors, seen
 
     def close(self) -> None:
         """Wait until every submitted sidecar is written, then stop the thread."""
