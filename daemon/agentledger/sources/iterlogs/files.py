@@ -50,8 +50,8 @@ _SIDE_KINDS = {None: RECORD, ".hook-outcomes": HOOK, ".labels": LABELS}
 def classify(name: str) -> tuple[str, int | None] | None:
     """(kind, N from the name) for a file of the log directory, None to ignore it.
     One match a name: a scan classifies every name of the directory, sidecars too."""
-    if not name.endswith(".yaml") or is_temp_name(name):
-        return None
+    if not name.endswith(".yaml") or name.endswith(".score.yaml") or is_temp_name(name):
+        return None  # (score sidecars are most names of a scored log)
     m = _LOG_RE.match(name)
     if m:
         return _SIDE_KINDS[m.group(2)], int(m.group(1))
@@ -113,11 +113,11 @@ def changed_log_candidates(src: IterationLogSource,
     out, seen = [], set()
     with os.scandir(src.path) as it:
         for e in it:
-            c = classify(e.name)
-            if c is None:
+            name = e.name
+            key = known.get(name)  # a name read whole before was classified a log file then
+            if key is None and classify(name) is None:
                 continue
-            seen.add(e.name)
-            key = known.get(e.name)
+            seen.add(name)
             if key is not None:
                 try:
                     st = e.stat()  # follows a link, as observe's os.stat does
@@ -125,7 +125,8 @@ def changed_log_candidates(src: IterationLogSource,
                         continue
                 except OSError:
                     pass
-            out.append(Candidate(c[0], e.name, src.path / e.name, c[1], src.path))
+            c = classify(name)
+            out.append(Candidate(c[0], name, src.path / name, c[1], src.path))
     return out, seen
 
 
