@@ -35,8 +35,9 @@ class IterationLogs:
     def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
         report = Outcome()
+        known_arts: dict[str, tuple] = {}
         if iterations is None:
-            known, paths = self._known(src, S.LOG_KINDS)
+            known, paths, known_arts = self._known(src)
             try:
                 cands, seen = S.changed_log_candidates(src, known)
             except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
@@ -57,9 +58,10 @@ class IterationLogs:
                 # The record may live in a file not named after it: look at the whole directory.
                 return report.add(self.ingest(src))
         # Artifacts: what the records point at, and the plans' write scopes.
-        cands = S.artifact_candidates(src, self.artifact_refs(src, iterations)) + S.tasks_candidates(src)
-        if iterations is None:  # a full scan reads only what moved (the common case: nothing)
-            cands = self._moved(src, cands, (VERIFIER_RESULT, REVIEW_DECISION, TASKS))
+        # a full scan reads only what moved (the common case: nothing)
+        full = iterations is None
+        cands = (S.artifact_candidates(src, self.artifact_refs(src, iterations), known_arts if full else None)
+                 + (_moved(S.tasks_candidates(src), known_arts) if full else S.tasks_candidates(src)))
         if cands:
             rels = [c.rel for c in cands] if len(cands) <= 500 else None
             self._commit(src, self._observe(src, cands, rels, report), report)
@@ -109,35 +111,25 @@ class IterationLogs:
                f" ORDER BY json_extract(r.value, '$[0]') = '{REVIEW_DECISION}', i.iteration, r.key")
         return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args) if r[1]]
 
-    def _known(self, src: IterationLogSource, kinds: tuple[str, ...]) -> tuple[dict[str, tuple], list[str]]:
-        """The stat key of each file of ``kinds`` last read whole and fine (one that could
-        not be read is tried again: chmod changes no stat key), and every checkpointed path."""
-        known, paths = {}, []
-        for path, dev, ino, size, mtime, digest in self.ctx.conn.execute(
-                "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
-                f" AND kind IN ({','.join('?' * len(kinds))})", (src.id, *kinds)):
-            paths.append(path)
-            if digest and not digest.startswith("error:"):
-                known[path] = (dev, ino, size, mtime)
-        return known, paths
-
-    def _moved(self, src: IterationLogSource, cands: list[S.Candidate], kinds: tuple[str, ...]) -> list[S.Candidate]:
-        """The candidates whose stat is not their checkpoint's (or that have none, or
-        whose last read failed): ``observe`` would return None for every other one, and
-        checking here costs a stat each instead of a worker pool."""
-        known, _ = self._known(src, kinds)
-        out = []
-        for c in cands:
-            key = known.get(c.rel)
-            if key is not None:
-                try:
-                    st = os.stat(c.abs)
-                    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == key:
-                        continue
-                except OSError:
-                    pass
-            out.append(c)
-        return out
+    def _known(self, src: IterationLogSource) -> tuple[dict[str, tuple], list[str], dict[str, tuple]]:
+        """The stat key of each log file last read whole and fine (one that could not be
+        read is tried again: chmod changes no stat key), every checkpointed log file, and
+        the stat keys of the artifacts likewise: one pass over the source's checkpoints."""
+        logs, paths, arts = {}, [], {}
+        log_kinds, art_kinds = set(S.LOG_KINDS), {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
+        cur = self.ctx.conn.cursor()
+        cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
+        for kind, path, dev, ino, size, mtime, digest in cur.execute(
+                "SELECT kind, path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?",
+                (src.id,)):
+            ok = digest and not digest.startswith("error:")
+            if kind in log_kinds:
+                paths.append(path)
+                if ok:
+                    logs[path] = (dev, ino, size, mtime)
+            elif ok and kind in art_kinds:
+                arts[path] = (dev, ino, size, mtime)
+        return logs, paths, arts
 
     # -- observe (in workers for bulk work), then commit here --------------------------------
     def _checkpoints(self, src: IterationLogSource, rels: list[str] | None) -> dict[str, dict]:
@@ -186,6 +178,24 @@ class IterationLogs:
                 ev.occurred_at = occurred
         commit.record(batch, events, report, obs.cand.abs,
                       checkpoint=FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest))
+
+
+def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidate]:
+    """The candidates whose stat is not their checkpoint's (``known``; none, or a
+    failed last read: absent): ``observe`` would return None for every other one, and
+    checking here costs a stat each instead of a worker pool."""
+    out = []
+    for c in cands:
+        key = known.get(c.rel)
+        if key is not None:
+            try:
+                st = os.stat(c.abs)
+                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == key:
+                    continue
+            except OSError:
+                pass
+        out.append(c)
+    return out
 
 
 def _observe_job(job: tuple) -> S.Observation | None:  # in a worker process for bulk work

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import posixpath
 
-from ...reference.yamlv3.decode import Decoder, YamlError, load_document
 from ...model import Artifact
 
 VERIFIER_RESULT, REVIEW_DECISION, TASKS = "verifier_result", "review_decision", "tasks"
@@ -28,6 +27,7 @@ def resolve_artifact_path(raw: str) -> str | None:
 
 def parse_artifact(kind: str, text: str) -> Artifact:
     """Raises ``YamlError`` when the file does not decode."""
+    from ...reference.yamlv3.decode import Decoder, load_document  # only a read needs the YAML parser
     root = load_document(text)
     d = Decoder()
     if kind == VERIFIER_RESULT:
@@ -54,5 +54,5 @@ def parse_artifact(kind: str, text: str) -> Artifact:
     raise ValueError(f"unknown artifact kind {kind!r}")
 
 
-__all__ = ["parse_artifact", "resolve_artifact_path", "YamlError",
+__all__ = ["parse_artifact", "resolve_artifact_path",
            "VERIFIER_RESULT", "REVIEW_DECISION", "TASKS"]
