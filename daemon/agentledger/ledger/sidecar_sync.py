@@ -23,9 +23,10 @@ from pathlib import Path
 
 from ..config import IterationLogSource
 from ..output import sidecars
+from ..process.parallel import pmap
 from ..store import db as store
-from ..store.events import upcast
-from ..store.projections import render_score_payload, session_document
+from ..store.projections import session_document
+from ..store.scores import render_stored
 from .context import Context, read_state
 from .outcome import Outcome
 
@@ -121,13 +122,7 @@ class SidecarSync:
                 stale.append((name, _))
             elif path in problems:  # fixed by hand meanwhile
                 self._solved(path)
-        with self._writing(len(stale), report, "sidecars_written") as write:
-            for at in range(0, len(stale), 500):  # their score events, 500 a query
-                part = dict((seq, name) for name, seq in stale[at:at + 500])
-                for seq, kind, schema_version, payload in conn.execute(
-                        "SELECT seq, type, schema_version, payload FROM events WHERE seq IN"
-                        " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)):
-                    write(src.path / part[seq], render_score_payload(upcast(kind, schema_version, json.loads(payload))))
+        self._write_scores(seen.prefix, stale, report)
         sql = ("SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?"
                " AND sidecar IS NOT NULL")
         sargs: list = [src.id, version]
@@ -149,6 +144,25 @@ class SidecarSync:
                 if data is not None:
                     write(src.path / r["sidecar"], data)
         return report
+
+    def _write_scores(self, prefix: str, stale: list[tuple[str, int]], report: Outcome) -> None:
+        """Write the score sidecars ``stale`` names ((file name, its score event's seq)).
+        When there are many (a switch back to a rubric the ledger holds, a rebuild), the
+        worker processes decode and render them (``pmap``) while this process writes,
+        one file after another: two writers renaming into one directory are slower here
+        than one (the directory's lock and the journal), and a writer thread beside the
+        rendering waited for the GIL between its syscalls."""
+        fsync, fresh, problems = self.fsync(len(stale)), [], self._problems()
+        for path, data in pmap(render_stored, _stored(self.ctx.conn, prefix, stale), total=len(stale)):
+            try:
+                report.sidecars_written += sidecars.write_atomic(Path(path), data, durable=fsync, compare=False,
+                                                                 seen=fresh)
+            except OSError as exc:
+                self.failed(report, path, str(exc).removeprefix(f"{path}: "))
+                continue
+            if path in problems:
+                self._solved(path)
+        remember(self.ctx.conn, fresh)
 
     @contextlib.contextmanager
     def _writing(self, count: int, report: Outcome, kind: str) -> Iterator[Callable[[Path, bytes], None]]:
@@ -319,6 +333,17 @@ class Seen:
     def save(self) -> None:
         remember(self.conn, self.fresh)
         self.fresh = []
+
+
+def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]]) -> Iterator[tuple[str, str, int, str]]:
+    """(path, type, schema version, payload) of the score events ``stale`` names ((file
+    name, seq)), 500 a query, for ``render_stored``."""
+    for at in range(0, len(stale), 500):
+        part = dict((seq, name) for name, seq in stale[at:at + 500])
+        for seq, kind, schema_version, payload in conn.execute(
+                "SELECT seq, type, schema_version, payload FROM events WHERE seq IN"
+                " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)).fetchall():
+            yield prefix + part[seq], kind, schema_version, payload
 
 
 def remember(conn: sqlite3.Connection, rows: list[tuple]) -> None:

@@ -5,13 +5,14 @@ recompute under its rubric."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from ..model import decode_float
 from ..output import sidecars
-from .events import Event, canonical_json
+from .events import Event, canonical_json, upcast
 from .sessions import SessionFamily, real
 
 
@@ -35,6 +36,14 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
         decode_float(payload["value"]), payload["band"], _breakdown_rows(payload),
         linked_traces_marker=bool(payload.get("marker") and payload.get("linked_traces")),
     )
+
+
+def render_stored(job: tuple[str, str, int, str]) -> tuple[str, bytes]:
+    """(path, event type, schema version, payload JSON) of a stored ``score.computed``
+    event -> (path, its sidecar's bytes): a bulk sync (a switch back to a rubric the
+    ledger holds, a rebuild) decodes and renders in the worker processes, one job each."""
+    path, type_, version, payload = job
+    return path, render_score_payload(upcast(type_, version, json.loads(payload)))
 
 
 class ScoreFamily:
