@@ -75,3 +75,29 @@ def test_what_a_pass_writes_is_known_without_reading_it_back(tmp_path: Path, mon
         st = p.stat()
         assert seen[str(p)] == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                                 hashlib.sha256(p.read_bytes()).hexdigest())
+
+
+def test_a_switch_of_rubric_reads_no_sidecar_it_knows_to_differ(tmp_path: Path, monkeypatch) -> None:
+    """A sidecar whose stat is the one ``sidecar_seen`` recorded holds the bytes recorded
+    with it: a backfill to another rubric (and the switch back) knows every file differs
+    without reading any; one edited by hand since is read, and rewritten like the rest."""
+    from agentledger.example import synth
+    from agentledger.ledger import sidecar_sync
+
+    from .conftest import run_cli
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(tmp_path / "l.sqlite")]
+    assert run_cli("ingest", *common)[0] == 0
+    read_back: list[str] = []
+    real = sidecar_sync.disk_sha
+    monkeypatch.setattr(sidecar_sync, "disk_sha", lambda p: read_back.append(str(p)) or real(p))
+    edited = gen.log / "iter-7.score.yaml"
+    for rubric in ("3.0.0", "2.1.0", "3.0.0"):  # a new rubric, then switches to ones the ledger holds
+        if rubric == "2.1.0":
+            edited.write_bytes(edited.read_bytes() + b"# by hand\n")
+        assert run_cli("backfill", *common, "--rubric", rubric)[0] == 0
+        sidecars = sorted(gen.log.glob("iter-*.score.yaml"))
+        assert len(sidecars) >= 30
+        assert all(f"rubric_version: {rubric}\n".encode() in p.read_bytes() for p in sidecars), rubric
+    assert read_back == [str(edited)]  # once, by the first sync after the edit

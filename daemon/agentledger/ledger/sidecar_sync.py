@@ -152,16 +152,9 @@ class SidecarSync:
         one file after another: two writers renaming into one directory are slower here
         than one (the directory's lock and the journal), and a writer thread beside the
         rendering waited for the GIL between its syscalls."""
-        fsync, fresh, problems = self.fsync(len(stale)), [], self._problems()
+        fsync, fresh = self.fsync(len(stale)), []
         for path, data in pmap(render_stored, _stored(self.ctx.conn, prefix, stale), total=len(stale)):
-            try:
-                report.sidecars_written += sidecars.write_atomic(Path(path), data, durable=fsync, compare=False,
-                                                                 seen=fresh)
-            except OSError as exc:
-                self.failed(report, path, str(exc).removeprefix(f"{path}: "))
-                continue
-            if path in problems:
-                self._solved(path)
+            report.sidecars_written += self.write(Path(path), data, report, fsync, fresh, compare=False)
         remember(self.ctx.conn, fresh)
 
     @contextlib.contextmanager
@@ -176,9 +169,12 @@ class SidecarSync:
         ever writes what this sync read from the ledger under that lock)."""
         fsync = self.fsync(count)
         if count <= AUTO_FSYNC_MAX:
+            fresh: list[tuple] = []
+
             def write(path: Path, data: bytes) -> None:
-                setattr(report, kind, getattr(report, kind) + self.write(path, data, report, fsync))
+                setattr(report, kind, getattr(report, kind) + self.write(path, data, report, fsync, fresh))
             yield write
+            remember(self.ctx.conn, fresh)
             return
         writer, paths = sidecars.BackgroundWriter(compare=False), []  # each one differs: ``Seen.holds``
 
@@ -193,12 +189,14 @@ class SidecarSync:
             for path in self._problems().intersection(paths).difference(report.unwritten, report.still_unwritten):
                 self._solved(path)
 
-    def write(self, path: Path, data: bytes, report: Outcome, fsync: bool) -> int:
+    def write(self, path: Path, data: bytes, report: Outcome, fsync: bool, seen: list | None = None, *,
+              compare: bool = True) -> int:
         """One write; the caller holds the gate (``sync``) or uses ``write_scored``.
         A refusal (a symlink at the target, a read-only directory, a full disk) is
-        noted in ``report.unwritten`` and holds nothing else up."""
+        noted in ``report.unwritten`` and holds nothing else up. ``seen``, ``compare``:
+        as ``write_atomic``'s."""
         try:
-            written = int(sidecars.write_atomic(path, data, durable=fsync))
+            written = int(sidecars.write_atomic(path, data, durable=fsync, compare=compare, seen=seen))
         except OSError as exc:
             self.failed(report, str(path), str(exc).removeprefix(f"{path}: "))
             return 0
@@ -323,8 +321,8 @@ class Seen:
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         known = self.known.get(path) if self.every else self.conn.execute(
             "SELECT dev, ino, size, mtime_ns, sha256 FROM sidecar_seen WHERE path = ?", (path,)).fetchone()
-        if known is not None and tuple(known) == (*key, sha):
-            return True
+        if known is not None and tuple(known[:4]) == key:
+            return known[4] == sha  # unchanged since it was read or written: no need to read it
         if disk_sha(path) != sha:
             return False
         self.fresh.append((path, *key, sha))
