@@ -177,14 +177,15 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     check = daemon.sidecars.writer._still_current
     deadline = time.monotonic() + 60
 
-    def held(key):
+    def held(keys):
         """The writer thread holds iteration 20's older sidecar until the hook's newer
         score is in the ledger (a condition, not a timeout); the hook's own write waits
         for the sidecar lock meanwhile."""
-        if key[0] == "scores" and key[2] == 20:
-            while check(key) and time.monotonic() < deadline:
-                time.sleep(0.005)
-        return check(key)
+        for key in keys:
+            if key[0] == "scores" and key[2] == 20:
+                while check([key]) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+        return check(keys)
 
     daemon.sidecars.writer._still_current = held
     original = _retry_thirty(gen)

@@ -264,26 +264,32 @@ class SidecarSync:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
         return self.writes_outcome(*self.writer.take()) if self.writer is not None else Outcome()
 
-    def still_current(self, key: tuple) -> bool:
-        """Whether a queued sidecar's bytes (``key`` ends with their sha256) are still
-        what the ledger holds under its active rubric (asked on the writer thread,
-        through its own read-only connection, under the gate). The close-task hook
-        scores and writes in another process while the daemon's writes wait in the
-        queue; without this, an older queued write could land over its newer file,
-        or another rubric's, until the next reconcile."""
-        table, source, ident, version, sha = key
+    def still_current(self, keys: list[tuple]) -> set[tuple]:
+        """Which queued sidecars' bytes (each key ends with their sha256) are still what
+        the ledger holds under its active rubric (asked on the writer thread, through
+        its own read-only connection, under the gate, once for a run of writes). The
+        close-task hook scores and writes in another process while the daemon's writes
+        wait in the queue; without this, an older queued write could land over its
+        newer file, or another rubric's, until the next reconcile."""
         try:
             if self._check_conn is None:
                 self._check_conn = store.connect_readonly(self.ctx.cfg.store.path)
-            if self.active(self._check_conn) != version:
-                return False
-            column = "iteration" if table == "scores" else "session_id"
-            row = self._check_conn.execute(
-                f"SELECT sidecar_sha256 FROM {table} WHERE source = ? AND {column} = ? AND rubric_version = ?",
-                (source, ident, version)).fetchone()
+            conn, active = self._check_conn, self.active(self._check_conn)
+            groups: dict[tuple, list[tuple]] = {}
+            for key in keys:
+                if key[3] == active:
+                    groups.setdefault(key[:2], []).append(key)
+            out: set[tuple] = set()
+            for (table, source), group in groups.items():
+                column = "iteration" if table == "scores" else "session_id"
+                held = dict(conn.execute(
+                    f"SELECT {column}, sidecar_sha256 FROM {table} WHERE source = ? AND rubric_version = ?"
+                    f" AND {column} IN (SELECT value FROM json_each(?))",
+                    (source, active, json.dumps([k[2] for k in group]))).fetchall())
+                out.update(k for k in group if held.get(k[2]) == k[4])
         except sqlite3.Error:
-            return True  # cannot tell: write, as without the check
-        return row is not None and row[0] == sha
+            return set(keys)  # cannot tell: write, as without the check
+        return out
 
 
 class Seen:
