@@ -138,25 +138,23 @@ def test_checkpoint_and_events_commit_together(tmp_path: Path, empty_repo, monke
     cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
     ledger = Ledger(cfg)
     src = cfg.iteration_logs[0]
-    from agentledger.ledger.iterlogs import IterationLogs
+    from agentledger.ledger import commit
 
-    real = IterationLogs._commit_one
-    calls = []
+    real = commit.record_files
 
-    def failing(self, src, obs, projector, report):
-        real(self, src, obs, projector, report)
-        calls.append(obs.cand.rel)
-        if len(calls) == 2:
-            raise OSError("disk on fire")
+    def failing(batch, files, report):
+        real(batch, files, report)  # both files' events and checkpoints are in the transaction
+        assert batch.conn.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 2
+        raise OSError("disk on fire")
 
-    monkeypatch.setattr(IterationLogs, "_commit_one", failing)
+    monkeypatch.setattr(commit, "record_files", failing)
     with pytest.raises(OSError):
         ledger.ingest(src)
     c = ledger.conn
     assert c.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 0
     assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 0
-    monkeypatch.setattr(IterationLogs, "_commit_one", real)
+    monkeypatch.setattr(commit, "record_files", real)
     ledger.ingest(src)
     assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 2
     assert c.execute("SELECT count(*) FROM source_checkpoints").fetchone()[0] == 2

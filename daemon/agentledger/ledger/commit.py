@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 
 from ..store.events import Event
-from ..store.log import Batch, Checkpoint
+from ..store.log import Batch, Checkpoint, FileCheckpoint
 from .context import Context
 from .outcome import Outcome
 
@@ -34,9 +34,20 @@ def record(batch: Batch, events: list[Event], report: Outcome, where: object, *,
            checkpoint: Checkpoint | None = None) -> list[Event]:
     """``batch.append`` counted into ``report``, each quarantine logged; the new events."""
     new = batch.append(events, checkpoint=checkpoint)
+    _count(new, report, where)
+    return new
+
+
+def record_files(batch: Batch, files: list[tuple[list[Event], FileCheckpoint, object]], report: Outcome) -> None:
+    """``record`` for whole files, (events, checkpoint, where) each, appended together
+    (``Batch.append_files``)."""
+    for new, (_, _, where) in zip(batch.append_files([(evs, cp) for evs, cp, _ in files]), files):
+        _count(new, report, where)
+
+
+def _count(new: list[Event], report: Outcome, where: object) -> None:
     report.events += len(new)
     for ev in new:
         if ev.type == "source.quarantined":
             report.quarantined += 1
             log.warning("quarantined %s: %s", where, ev.payload["reason"])
-    return new

@@ -17,7 +17,7 @@ from ..config import IterationLogSource, VallySource
 from ..process.parallel import pmap
 from ..sources.iterlogs import files as S
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
-from ..store.log import Batch, FileCheckpoint
+from ..store.log import FileCheckpoint
 from ..store.touched import Touched
 from . import commit
 from .context import Context
@@ -45,6 +45,10 @@ class IterationLogs:
                                      f"{exc.strerror or exc}")
                 return report
             cands += S.log_candidates(src, [p for p in paths if p not in seen])
+            # records first, by iteration, then the other files: the event log's order does not
+            # hang on the directory's, and a batch of records is projected together
+            order = {kind: i for i, kind in enumerate(S.LOG_KINDS)}
+            cands.sort(key=lambda c: (order[c.kind], c.n if c.n is not None else -1, c.rel))
             if cands:
                 rels = [c.rel for c in cands] if len(cands) <= 500 else None  # None: every checkpoint, one query
                 self._commit(src, self._observe(src, cands, rels, report), report)
@@ -153,32 +157,32 @@ class IterationLogs:
         for obs in pmap(_observe_job, jobs):
             if obs is not None:
                 report.files_read += obs.digest is not None and not obs.unchanged
+                cp = cps.get(obs.cand.rel)
+                obs.prev = cp["content_hash"] if cp is not None else None
                 yield obs
 
     def _commit(self, src: IterationLogSource, observations: Iterable[S.Observation], report: Outcome) -> None:
+        """Commit what was observed, ``BATCH`` files a transaction: their events appended
+        together, each file's checkpoint with them (the checkpoint each observation was
+        made against is the one it replaces: this process is the ledger's one writer)."""
         it = iter(observations)
         while chunk := list(itertools.islice(it, BATCH)):
+            files = []
+            for obs in chunk:
+                if obs.digest is None and obs.prev is None:
+                    continue  # already known to be gone
+                events = []
+                if obs.digest != obs.prev:
+                    occurred = (datetime.fromtimestamp(obs.stat[3] / 1e9, timezone.utc).isoformat()
+                                if obs.stat and obs.stat[3] else None)
+                    events = obs.events
+                    for i, ev in enumerate(events):
+                        ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{obs.prev or '-'}|{i}"
+                        ev.occurred_at = occurred
+                files.append((events, FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest),
+                              obs.cand.abs))
             with commit.transaction(self.ctx) as batch:
-                for obs in chunk:
-                    self._commit_one(src, obs, batch, report)
-
-    def _commit_one(self, src: IterationLogSource, obs: S.Observation, batch: Batch, report: Outcome) -> None:
-        row = self.ctx.conn.execute("SELECT content_hash FROM source_checkpoints WHERE source = ? AND path = ?",
-                                    (src.id, obs.cand.rel)).fetchone()
-        prev = row[0] if row else None
-        if obs.digest is None and prev is None:
-            return  # already known to be gone
-        events = []
-        if obs.digest != prev:
-            occurred = (datetime.fromtimestamp(obs.stat[3] / 1e9, timezone.utc).isoformat()
-                        if obs.stat and obs.stat[3] else None)
-            events = obs.events
-            for i, ev in enumerate(events):
-                ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{prev or '-'}|{i}"
-                ev.occurred_at = occurred
-        commit.record(batch, events, report, obs.cand.abs,
-                      checkpoint=FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest))
-
+                commit.record_files(batch, files, report)
 
 def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidate]:
     """The candidates whose stat is not their checkpoint's (``known``; none, or a

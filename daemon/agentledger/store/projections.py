@@ -41,7 +41,9 @@ class Projector:
         self.sessions = SessionFamily(conn)
         self.trials = TrialFamily(conn)
         # in dispatch and flush order; sessions last: they summarise what the others wrote
-        self.families = (QuarantineFamily(conn), IterationFamily(conn, self.touched, self.sessions),
+        self.quarantine = QuarantineFamily(conn)
+        self.iterations = IterationFamily(conn, self.touched, self.sessions)
+        self.families = (self.quarantine, self.iterations,
                          TranscriptFamily(conn, self.touched), ScoreFamily(conn, self.sessions), self.trials,
                          TrajectoryFamily(conn), DetectionFamily(conn), self.sessions)
         self.handlers: dict[str, list[Callable[[Event, dict[str, Any]], None]]] = {}
@@ -57,6 +59,29 @@ class Projector:
     def apply(self, ev: Event) -> None:
         for handler in self.handlers.get(ev.type, ()):  # none: a type this version does not project
             handler(ev, ev.payload)
+
+    def apply_many(self, events: list[Event]) -> None:
+        """``apply`` each, in order. A run of ``iteration.recorded`` events of one source
+        (a scan commits the records of a directory together) is projected by its two
+        families in a few statements; what they leave is what applying them one by one
+        leaves (``rebuild`` does that: test_rebuild_reproduces_projections_and_sidecars)."""
+        i = 0
+        while i < len(events):
+            ev = events[i]
+            j = i + 1
+            if ev.type == "iteration.recorded":
+                files = {ev.payload["file"]}
+                while (j < len(events) and events[j].type == "iteration.recorded" and events[j].source == ev.source
+                       and events[j].payload["file"] not in files):
+                    files.add(events[j].payload["file"])
+                    j += 1
+            if j - i < 2:
+                self.apply(ev)
+            else:
+                run = events[i:j]
+                self.quarantine.resolve_many([(e.seq, e.source, e.payload["file"]) for e in run])
+                self.iterations.iterations_recorded(ev.source, run)
+            i = j
 
     def prefetch_trials(self, events: list[Event]) -> None:
         self.trials.prefetch(events)

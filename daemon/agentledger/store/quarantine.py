@@ -39,9 +39,12 @@ class QuarantineFamily:
 
     def resolve(self, source: str, path: str, seq: int) -> None:
         """Good content at ``path`` supersedes its open problems."""
-        self.conn.execute(
-            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL",
-            (seq, source, path))
+        self.resolve_many([(seq, source, path)])
+
+    def resolve_many(self, rows: list[tuple[int, str, str]]) -> None:
+        """``resolve`` for each (seq, source, path), in order."""
+        self.conn.executemany(
+            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", rows)
 
     def quarantined(self, ev: Event, p: dict[str, Any]) -> None:
         if p["kind"] not in LINE_KINDS:  # a file has one open problem: its newest

@@ -77,6 +77,7 @@ class Observation:
     digest: str | None = None  # content hash; "error:…" for unreadable; None when missing
     events: list[Event] = field(default_factory=list)  # proposed, keys completed at commit
     unchanged: bool = False  # content hash equals the checkpoint's: only the stat moves
+    prev: str | None = None  # the checkpoint's content hash (set by the committing process)
 
 
 @dataclass
