@@ -101,3 +101,45 @@ def test_a_switch_of_rubric_reads_no_sidecar_it_knows_to_differ(tmp_path: Path, 
         assert len(sidecars) >= 30
         assert all(f"rubric_version: {rubric}\n".encode() in p.read_bytes() for p in sidecars), rubric
     assert read_back == [str(edited)]  # once, by the first sync after the edit
+
+
+def test_the_worker_processes_write_only_what_is_still_the_ledgers(tmp_path: Path) -> None:
+    """A bulk pass of a command hands its writes to the worker pool (``PoolWriter``). Each
+    run of writes is checked against the ledger under the sidecar lock, in the worker:
+    bytes the ledger no longer holds are skipped, the others land (recorded for
+    ``sidecar_seen``), and a write refused at the file (a symlink) comes back as an error."""
+    import hashlib
+    import sqlite3
+
+    from agentledger.example import synth
+    from agentledger.ledger.sidecar_writes import PoolWriter
+    from agentledger.process import parallel
+
+    from .conftest import run_cli
+
+    gen = synth.generate(tmp_path / "gen", 12, seed=5)
+    db = tmp_path / "l.sqlite"
+    assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db))[0] == 0
+    with sqlite3.connect(db) as c:
+        source, sha = c.execute("SELECT source, sidecar_sha256 FROM scores WHERE iteration = 2").fetchone()
+    right = (gen.log / "iter-2.score.yaml").read_bytes()
+    assert hashlib.sha256(right).hexdigest() == sha
+    pool = parallel.executor()
+    if pool is None:
+        pytest.skip("one core: no worker pool to write with")
+    (gen.log / "iter-2.score.yaml").unlink()
+    (gen.log / "iter-3.score.yaml").unlink()
+    (gen.log / "iter-3.score.yaml").symlink_to(tmp_path / "elsewhere")
+    writer = PoolWriter(pool, db, "2.1.0")
+    writer.submit(gen.log / "iter-1.score.yaml", b"stale\n", False, key=("scores", source, 1, "2.1.0", "0" * 64))
+    writer.submit(gen.log / "iter-2.score.yaml", right, False, key=("scores", source, 2, "2.1.0", sha))
+    writer.submit(gen.log / "iter-3.score.yaml", b"x\n", False)  # no key: not asked about
+    writer.close()
+    assert writer.superseded == 1
+    written, errors, seen = writer.take()
+    assert written["sidecars_written"] == 1
+    assert [p for p, _ in errors] == [str(gen.log / "iter-3.score.yaml")] and not (tmp_path / "elsewhere").exists()
+    assert (gen.log / "iter-2.score.yaml").read_bytes() == right
+    assert b"stale" not in (gen.log / "iter-1.score.yaml").read_bytes()
+    st = (gen.log / "iter-2.score.yaml").stat()
+    assert seen == [(str(gen.log / "iter-2.score.yaml"), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, sha)]

@@ -49,7 +49,7 @@ class ScoringPass:
         fsync = sync.fsync(total)
         writer = None
         if total > AUTO_FSYNC_MAX:
-            writer = sync.writer or sidecars.BackgroundWriter(sync.still_current, sync.gate)
+            writer = sync.writer or sync.bulk_writer(total)
         elif sync.writer is not None:
             sync.writer.wait()  # a direct write must not be overtaken by an older queued one
         sessions: set[str] = set()  # written here, from the bytes the projector rendered

@@ -13,7 +13,6 @@ whatever the interleaving, the sidecars end up the active rubric's.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -23,10 +22,12 @@ from pathlib import Path
 
 from ..config import IterationLogSource
 from ..output import sidecars
+from ..process import parallel
 from ..process.parallel import pmap
 from ..store import db as store
 from ..store.projections import session_document
 from ..store.scores import render_stored
+from . import sidecar_writes
 from .context import Context, read_state
 from .outcome import Outcome
 
@@ -60,21 +61,18 @@ class SidecarSync:
         mode = self.ctx.cfg.sidecars.fsync
         return mode == "always" or (mode == "auto" and count <= AUTO_FSYNC_MAX)
 
-    @contextlib.contextmanager
-    def gate(self) -> Iterator[None]:
+    def gate(self) -> contextlib.AbstractContextManager:
         """The ledger's sidecar lock (see the module docstring); held briefly: one
-        write, or one comparison of a source's sidecars with the ledger."""
-        path = Path(f"{self.ctx.cfg.store.path}.sidecars.lock")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:  # no lock to be had (a read-only directory): write as before
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        write, one run of writes, or one comparison of a source's sidecars with the ledger."""
+        return sidecar_writes.gate(self.ctx.cfg.store.path)
+
+    def bulk_writer(self, total: int) -> sidecars.BackgroundWriter | sidecar_writes.PoolWriter:
+        """The writer of a scoring pass of ``total`` scores outside the daemon: the worker
+        pool's processes when the pass uses them, else a thread (``sidecar_writes``)."""
+        pool = parallel.pool_for(total)
+        if pool is None:
+            return sidecars.BackgroundWriter(self.still_current, self.gate)
+        return sidecar_writes.PoolWriter(pool, self.ctx.cfg.store.path, self.ctx.rubric.version)
 
     def active(self, conn: sqlite3.Connection | None = None) -> str:
         """The ledger's active rubric now (this process's if the ledger names none)."""
@@ -274,22 +272,9 @@ class SidecarSync:
         try:
             if self._check_conn is None:
                 self._check_conn = store.connect_readonly(self.ctx.cfg.store.path)
-            conn, active = self._check_conn, self.active(self._check_conn)
-            groups: dict[tuple, list[tuple]] = {}
-            for key in keys:
-                if key[3] == active:
-                    groups.setdefault(key[:2], []).append(key)
-            out: set[tuple] = set()
-            for (table, source), group in groups.items():
-                column = "iteration" if table == "scores" else "session_id"
-                held = dict(conn.execute(
-                    f"SELECT {column}, sidecar_sha256 FROM {table} WHERE source = ? AND rubric_version = ?"
-                    f" AND {column} IN (SELECT value FROM json_each(?))",
-                    (source, active, json.dumps([k[2] for k in group]))).fetchall())
-                out.update(k for k in group if held.get(k[2]) == k[4])
-        except sqlite3.Error:
+        except (sqlite3.Error, store.StoreError):
             return set(keys)  # cannot tell: write, as without the check
-        return out
+        return sidecar_writes.current_keys(self._check_conn, keys, self.ctx.rubric.version)
 
 
 class Seen:

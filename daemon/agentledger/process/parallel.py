@@ -61,6 +61,13 @@ def executor():
         return _pool
 
 
+def pool_for(size: int):
+    """The worker pool when ``size`` items are worth it (what ``pmap`` decides: the
+    pool is started for a large batch, used for a medium one once running), else None."""
+    threshold = min_items() if _pool is None else WARM_THRESHOLD
+    return executor() if size >= threshold else None
+
+
 def _pool_dir() -> str:
     """This process's directory for multiprocessing's files (the forkserver's socket),
     instead of an anonymous ``pymp-*`` that a killed process leaves in /tmp forever."""
