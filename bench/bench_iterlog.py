@@ -6,12 +6,12 @@ For each size N it generates a synthetic iteration log with a matching git
 repository (agentledger.example.synth), then measures, each as a fresh process the way
 users run it:
 
-* cold ``agentledger ingest --once`` of the whole log (target: ≤ 10 s at 10,000);
+* cold ``agentledger ingest --once`` of the whole log;
 * ``agentledger score K`` for the newest iteration, the close-task hook, median
   of --runs after the ledger is warm, once with the iteration unchanged and once just
   written, working in its own process; then on just-written iterations while
   ``agentledger run`` serves the ledger (the service answers the hook);
-* ``agentledger backfill`` 2.1.0 → 3.0.0 of every iteration (target: ≤ 5 s at 10,000);
+* ``agentledger backfill`` 2.1.0 → 3.0.0 of every iteration;
 * the switch back, ``backfill --rubric 2.1.0``, whose scores the ledger holds: it costs
   what it writes (every sidecar), not a rescore;
 * ``agentledger ingest --once`` again with nothing changed (median of --runs);
@@ -20,7 +20,13 @@ each beside its floor, measured in the same run (scripts that do the same I/O an
 nothing else): for the hook, a process that imports the YAML parser, parses
 ``iter-N.yaml``, makes one git call, commits one SQLite transaction and writes one
 fsync'd file; for the re-ingest, a process that lists the log directory, stats every
-file and reads the ledger's checkpoints. Peak RSS of each command is printed too.
+file and reads the ledger's checkpoints; for the cold ingest, one that parses every file
+of the log with libyaml, makes one ``git log`` of the history, inserts a row a file and a
+row an iteration in one transaction and writes a new file an iteration (temp file and
+rename); for the backfill, one that reads every record and every score payload from the
+ledger, inserts a row a score in one transaction and replaces a file an iteration; for
+the switch back, the same without the records and the transaction. Peak RSS of each
+command is printed too.
 """
 
 from __future__ import annotations
@@ -86,6 +92,60 @@ rows = c.execute("SELECT path, dev, ino, size, mtime_ns, content_hash FROM sourc
 """
 
 
+INGEST_FLOOR = r"""
+import json, os, sqlite3, subprocess, sys, yaml
+log, repo, db = sys.argv[1:]
+names = sorted(n for n in os.listdir(log) if n.endswith(".yaml") and not n.endswith(".score.yaml"))
+rows = []
+for n in names:
+    with open(os.path.join(log, n), "rb") as f:
+        rows.append((n, json.dumps(yaml.load(f, Loader=yaml.CSafeLoader), default=str)))
+subprocess.run(["git", "-C", repo, "log", "--format=%H %ct %s", "--name-only"], capture_output=True)
+c = sqlite3.connect(db)
+c.execute("CREATE TABLE e (k INTEGER PRIMARY KEY, name TEXT, v TEXT)")
+records = [r for r in rows if r[0].count(".") == 1 and r[0].startswith("iter-")]
+with c:
+    c.executemany("INSERT INTO e (name, v) VALUES (?, ?)", rows + [(n, v[:3000]) for n, v in records])
+for n, v in records:
+    tmp = os.path.join(log, f".floor-{n}")
+    with open(tmp, "wb") as f:
+        f.write(v[:1800].encode())
+    os.rename(tmp, os.path.join(log, n[:-5] + ".floor.yaml"))
+"""
+
+SWITCH_FLOOR = r"""
+import os, sqlite3, sys
+log, db, score = sys.argv[1:]
+c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+if score == "score":
+    c.execute("SELECT record FROM iteration_records").fetchall()
+rows = c.execute("SELECT json_extract(payload, '$.iteration'), payload FROM events WHERE type = 'score.computed'"
+                 " AND json_extract(payload, '$.rubric_version') = '2.1.0'").fetchall()
+if score == "score":
+    out = sqlite3.connect(os.path.join(os.path.dirname(db), "floor.sqlite"))
+    out.execute("CREATE TABLE IF NOT EXISTS s (k INTEGER PRIMARY KEY, v TEXT)")
+    with out:
+        out.executemany("INSERT INTO s (v) VALUES (?)", [(p,) for _, p in rows])
+for it, payload in rows:
+    tmp = os.path.join(log, f".floor-{it}")
+    with open(tmp, "wb") as f:
+        f.write(payload[:1800].encode())
+    os.rename(tmp, os.path.join(log, f"iter-{it}.floor.yaml"))
+"""
+
+
+def floor_files(log: Path, remove: bool = False) -> None:
+    """The files the floors write (``iter-N.floor.yaml``), outside their timing: made
+    before a floor that replaces them, removed after."""
+    for p in log.glob("iter-*.yaml"):
+        if p.name.count(".") == 1:
+            target = p.with_name(p.name[:-5] + ".floor.yaml")
+            if remove:
+                target.unlink(missing_ok=True)
+            else:
+                target.write_bytes(b"floor\n" * 300)
+
+
 def hook_with_service(gen, common: list[str], first: int, runs: int) -> list[float]:
     """``agentledger score N`` on just-written iterations while ``agentledger run`` serves the
     ledger (the hook's request answered by the service; it also sees the file appear)."""
@@ -121,6 +181,8 @@ def bench(n: int, runs: int, out: Path) -> dict:
     common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "-q"]
 
     ingest_s = run(["ingest", "--once", *common])
+    ingest_floor_s = run([str(gen.log), str(gen.repo), str(root / "ingest-floor.sqlite")], script=INGEST_FLOOR)
+    floor_files(gen.log, remove=True)
     reingest = [run(["ingest", "--once", *common]) for _ in range(runs)]
     reingest_floor = [run([str(gen.log), str(db)], script=REINGEST_FLOOR) for _ in range(runs)]
     unchanged = [run(["score", str(n), *common]) for _ in range(runs)]
@@ -134,12 +196,19 @@ def bench(n: int, runs: int, out: Path) -> dict:
     served = hook_with_service(gen, common, n + 1 + runs, runs)
     backfill_s = run(["backfill", *common, "--rubric", "3.0.0"])
     switch_back_s = run(["backfill", *common, "--rubric", "2.1.0"])
+    floor_files(gen.log)  # the floors replace existing files, as both backfills do
+    backfill_floor_s = run([str(gen.log), str(db), "score"], script=SWITCH_FLOOR)
+    switch_floor_s = run([str(gen.log), str(db), "write"], script=SWITCH_FLOOR)
+    floor_files(gen.log, remove=True)
     events = subprocess.run([sys.executable, "-m", "agentledger", "query", "SELECT count(*) AS n FROM events",
                              "--json", "--db", str(db)], capture_output=True, text=True).stdout
     return {
         "iterations": n,
         "generate_s": round(gen_s, 2),
         "ingest_once_s": round(ingest_s, 2),
+        "ingest_floor_s": round(ingest_floor_s, 2),
+        "backfill_floor_s": round(backfill_floor_s, 2),
+        "switch_back_floor_s": round(switch_floor_s, 2),
         "score_unchanged_median_ms": round(statistics.median(unchanged) * 1000, 1),
         "score_new_iteration_median_ms": round(statistics.median(written) * 1000, 1),
         "hook_floor_median_ms": round(statistics.median(floor) * 1000, 1),
@@ -176,6 +245,10 @@ def main() -> None:
               f" ({r['score_new_served_median_ms'] / r['hook_floor_median_ms']:.2f}x);"
               f" re-ingest with nothing changed {r['reingest_median_s']:.3f} s against its floor"
               f" {r['reingest_floor_median_s']:.3f} s; peak RSS MB {r['peak_rss_mb']}")
+        print(f"{r['iterations']:>7}: cold ingest {r['ingest_once_s']:.2f} s against its floor {r['ingest_floor_s']:.2f} s"
+              f" ({r['ingest_once_s'] / r['ingest_floor_s']:.2f}x); backfill {r['backfill_s']:.2f} s against"
+              f" {r['backfill_floor_s']:.2f} s; switch back {r['switch_back_s']:.2f} s against"
+              f" {r['switch_back_floor_s']:.2f} s")
     if len(results) >= 2:
         small, big = results[0], results[-1]
         ratio = big["score_new_iteration_median_ms"] / small["score_new_iteration_median_ms"]
