@@ -200,3 +200,51 @@ def test_an_imported_score_never_reaches_a_sidecar_before_this_ledger_scored_it(
     code, _, err = run_cli("rebuild", *args)
     assert code == 0, err
     assert sidecar.read_bytes() == honest
+
+
+def test_a_link_swapped_in_under_a_reader_is_never_followed_out(tmp_path: Path) -> None:
+    """A file directly in the log directory is checked with one ``lstat`` (not a link: it
+    is inside) and opened with ``O_NOFOLLOW``. An attacker swapping the name between a
+    regular file and a link out of the tree, as fast as rename allows, while it is read
+    again and again: every read is the regular file's bytes or a refusal, never the
+    target's."""
+    import threading
+
+    from agentledger.sources import confine
+
+    root = tmp_path / "log"
+    root.mkdir()
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("TOP-SECRET-MARKER\n")
+    name = root / "iter-5.yaml"
+    name.write_text("schema_version: 1\niteration: 5\n")
+    stop = threading.Event()
+
+    def attacker() -> None:
+        k = 0
+        while not stop.is_set():
+            k += 1
+            staged = root / f".staged-{k}"
+            if k % 2:
+                os.symlink(secret, staged)
+            else:
+                staged.write_text("schema_version: 1\niteration: 5\n")
+            os.rename(staged, name)
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    reads = refusals = 0
+    try:
+        for _ in range(3000):
+            try:
+                with confine.open_within(name, root) as fh:
+                    data = fh.read()
+            except OSError:  # Outside (resolved out) or ELOOP (a link met at open)
+                refusals += 1
+                continue
+            assert b"TOP-SECRET" not in data
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert reads and refusals  # both states were met
