@@ -118,5 +118,9 @@ def _hash(first: str, parts: tuple[str, ...]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # json.dumps with these
+# arguments builds an encoder a call: nine calls an iteration scored
+
+
 def _dump(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
