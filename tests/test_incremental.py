@@ -308,6 +308,14 @@ def test_the_daemons_trunk_index_follows_forward_moves_as_a_full_pass_would(tmp_
         git(gen.repo, "merge", "-q", "--ff-only", "feature")
         assert 41 in ledger.planner.affected(src)  # its commit is on the trunk now: landed
         ledger.rescore(src)
+        # a commit that resolves nowhere (squashed away), then its summary as a trunk subject
+        (gen.log / "iter-42.yaml").write_text(
+            "schema_version: 2\niteration: 42\ntask_id: t0-0\ncommit: 0badc0ffee12\n"
+            "impl:\n  summary: \"Squashed Work\"\n  scope_note: on-target\n")
+        ledger.ingest_paths([gen.log / "iter-42.yaml"])
+        git(gen.repo, "commit", "--allow-empty", "-q", "-m", "squashed work")
+        assert 42 in ledger.planner.affected(src)  # landed by its subject
+        ledger.rescore(src)
     finally:
         ledger.close()
     assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),

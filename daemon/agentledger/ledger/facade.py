@@ -101,6 +101,7 @@ class Ledger:
             repo.close()
         if workers:
             shutdown_workers()
+        store.optimize(self.ctx.conn)
         self.ctx.conn.close()
 
     # -- sources ------------------------------------------------------------------------------
@@ -218,6 +219,7 @@ class Ledger:
             return self._scan_all(rescore_all, progress).add(self.detect())
         finally:
             self.tailing.progress = None
+            store.optimize(self.ctx.conn)  # the daemon's queries from here on plan with statistics
 
     def _scan_all(self, rescore_all: bool, progress: Progress | None) -> Outcome:
         cfg = self.ctx.cfg

@@ -17,6 +17,7 @@ from ..sources.git import GitRepo
 from ..store import db as store
 from .context import Context
 from .inputs import iso_ns
+from .trunk_index import TrunkIndex
 from .windows import window_successors, windows_meeting
 
 # a commit reference that names a commit by its (abbreviated) SHA: what it resolves to never
@@ -30,10 +31,10 @@ class Planner:
         self.ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
         self._consumed: tuple[str, list[int]] | None = None  # pending rows the current pass read
         self._pending_tip: tuple[str, str | None] | None = None  # the trunk tip the current pass saw
-        # source -> (iteration -> (commit ref, summary), commit ref -> resolution): what a
-        # forward move of the trunk is checked against, kept up to date with changed
-        # iterations, so a commit on the trunk costs its own range, not a pass over the log
-        self.facts: dict[str, tuple[dict[int, tuple[str, str | None]], dict]] = {}
+        # source -> its iterations' commit references and their resolutions: what a forward
+        # move of the trunk is checked against, kept up to date with changed iterations, so
+        # a commit on the trunk costs its own range, not a pass over the log
+        self.facts: dict[str, TrunkIndex] = {}
         self.stable: set[str] = set()  # references seen to be a resolved commit's SHA
 
     def forget(self) -> None:
@@ -87,14 +88,14 @@ class Planner:
                         "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
                         " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
                     res = repo.resolve([r[1] for r in rows])
-                    cached = self.facts[src.id] = ({it: (c, s) for it, c, s in rows}, dict(res))
+                    cached = self.facts[src.id] = TrunkIndex([tuple(r) for r in rows], res)
                     self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c, _ in rows}
                 if not forward or old is None or tip is None:
-                    out |= set(cached[0])  # first pass, no trunk, or rewritten history
+                    out |= set(cached.refs)  # first pass, no trunk, or rewritten history
                 else:
                     shas, subjects, runs = repo.range_facts(old, tip)
-                    out |= self._moved_forward(src, repo, *cached, shas)
-                    out |= _on_trunk(cached[0], cached[1], shas, subjects, runs)
+                    out |= self._moved_forward(src, repo, cached, shas)
+                    out |= cached.on_trunk(shas, subjects, runs)
             if out or spans:
                 ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
                                                       and r[1] == src.id})
@@ -104,31 +105,28 @@ class Planner:
         self._pending_tip = (src.id, tip)
         return sorted(out)
 
-    def _moved_forward(self, src: IterationLogSource, repo: GitRepo, refs: dict, res: dict,
+    def _moved_forward(self, src: IterationLogSource, repo: GitRepo, index: TrunkIndex,
                        shas: set[str]) -> set[int]:
         """After a forward move: resolve again the references that may now mean something
         else — names, and the abbreviated SHAs of missing commits that one of the new
         commits' SHAs begins with; the iterations whose resolution changed."""
-        def moved(c: str | None) -> bool:
-            if c in self.stable:
-                return False
-            r = res.get(c)
+        again = []
+        for c in sorted(index.unproven):
+            if c in self.stable or c not in index.by_ref:
+                index.unproven.discard(c)
+                continue
+            r = index.res.get(c)
             if r is not None and r.sha and _SHA_REF.fullmatch(c or ""):
-                self.stable.add(c)  # type: ignore[arg-type]
-                return False  # a commit's SHA: what it names never changes
-            return not _SHA_REF.fullmatch(c or "") or any(s.startswith(c.lower()) for s in shas)  # type: ignore[union-attr]
-
-        again = sorted({c for c, _ in refs.values() if moved(c)})
+                self.stable.add(c)  # a commit's SHA: what it names never changes
+                index.unproven.discard(c)
+            elif not _SHA_REF.fullmatch(c or "") or any(s.startswith(c.lower()) for s in shas):
+                again.append(c)
         if not again:
             return set()
-        fresh = repo.resolve(again)
+        out = index.resolve(repo.resolve(again))
         ends = self.ends[src.id]
-        out = set()
-        for it, (c, _) in refs.items():
-            if c in fresh and fresh[c] != res.get(c):
-                out.add(it)
-                ends[it] = iso_ns(fresh[c].commit_time)
-        res.update(fresh)
+        for it in out:
+            ends[it] = iso_ns(index.res[index.refs[it][0]].commit_time)
         return out
 
     def record_trunk(self, src: IterationLogSource) -> None:
@@ -170,12 +168,12 @@ class Planner:
             for it, c, summary in rows:
                 ends[it] = iso_ns(res[c].commit_time)
                 if facts is not None:
-                    facts[0][it] = (c, summary)
-                    facts[1][c] = res[c]
+                    facts.set(it, c, summary)
+                    facts.resolve({c: res[c]})
             for it in changed - present:
                 ends.pop(it, None)  # removed
                 if facts is not None:
-                    facts[0].pop(it, None)
+                    facts.drop(it)
         return sorted(ends.items())
 
     def _artifact_refs_by_iteration(self, src: IterationLogSource) -> list[tuple[int, str, str]]:
@@ -185,18 +183,3 @@ class Planner:
                " FROM iteration_records i WHERE i.source = ?")
         return [(r[0], r[1], r[2]) for r in self.ctx.conn.execute(sql, (src.id, src.id)) if r[2]]
 
-
-def _on_trunk(refs: dict[int, tuple[str, str | None]], res: dict, shas: set[str], subjects: set[str],
-              runs: set[str]) -> set[int]:
-    """The iterations a forward move of the trunk can change: their commit is one of the
-    new ones, or a new commit reverts it (``runs``: hex runs of revert messages), or it
-    does not resolve and a new commit has its summary as subject."""
-    out = set()
-    for it, (commit, summary) in refs.items():
-        sha = res[commit].sha if commit in res else ""
-        if sha:
-            if sha in shas or (runs and any(sha.startswith(r) for r in runs)):
-                out.add(it)
-        elif summary and summary.strip().casefold() in subjects:
-            out.add(it)
-    return out

@@ -116,7 +116,7 @@ class ScoringPass:
         """Iterations whose score under the active rubric came in by ``import`` and has
         not been scored here yet (nearly always none: one indexed look-up)."""
         return [r[0] for r in self.ctx.conn.execute(
-            "SELECT s.iteration FROM imported_scores u JOIN scores s ON s.seq = u.seq"
+            "SELECT s.iteration FROM imported_scores u CROSS JOIN scores s ON s.seq = u.seq"
             " WHERE s.source = ? AND s.rubric_version = ?", (src.id, self.ctx.rubric.version))]
 
     def not_reusable(self, src: IterationLogSource, previous: str) -> list[int]:

@@ -9,6 +9,7 @@ where its conveniences help (migrations, ``query``), never on the hot path.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import time
@@ -59,10 +60,27 @@ def connect(path: str | Path, *, synchronous: str = "FULL", create: bool = True)
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA journal_size_limit = 67108864")
     conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
+    conn.execute("PRAGMA analysis_limit = 400")  # statistics from samples: ``optimize`` stays cheap
     from .migrate import ensure_latest
 
     ensure_latest(conn)
     return conn
+
+
+def optimize(conn: sqlite3.Connection) -> None:
+    """Give the query planner statistics on what this connection queried (SQLite's advice
+    for short-lived connections: ``PRAGMA optimize`` before closing). Without them it
+    chose, at 100,000 iterations, to scan an index of every iteration for a look-up of
+    fifteen of them (~10 ms). A no-op in microseconds when the statistics are current;
+    sampled (``analysis_limit``) when not: ~2 ms. Never waits long for the write lock."""
+    try:
+        conn.execute("PRAGMA busy_timeout = 100")
+        conn.execute("PRAGMA optimize")
+    except sqlite3.Error:
+        pass  # another writer holds the ledger: the next command or pass does it
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def connect_readonly(path: str | Path) -> sqlite3.Connection:
