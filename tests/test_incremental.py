@@ -170,24 +170,25 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     """The daemon's writer thread holds an older sidecar while the close-task hook
     (another connection, as another process) scores the same iteration again and
     writes it directly: the queued write is skipped, not landed over the newer file."""
+    import threading
+
     from agentledger.config import Config, StoreConfig
     from agentledger.ledger import Ledger
 
     gen, src, daemon = _daemon_ledger(tmp_path)
-    check = daemon.sidecars.writer._still_current
-    deadline = time.monotonic() + 60
+    writer = daemon.sidecars.writer
+    write_run = writer._write
+    hook_done = threading.Event()
 
-    def held(keys):
-        """The writer thread holds iteration 20's older sidecar until the hook's newer
-        score is in the ledger (a condition, not a timeout); the hook's own write waits
-        for the sidecar lock meanwhile."""
-        for key in keys:
-            if key[0] == "scores" and key[2] == 20:
-                while check([key]) and time.monotonic() < deadline:
-                    time.sleep(0.005)
-        return check(keys)
+    def held(items):
+        """The writer thread holds the run with iteration 20's older sidecar, queued, not
+        under the sidecar lock, until the hook has scored it again and written its file
+        (an event, not a timeout); then writes the run as it would have."""
+        if any(it[4] is not None and it[4][0] == "scores" and it[4][2] == 20 for it in items):
+            assert hook_done.wait(120)
+        write_run(items)
 
-    daemon.sidecars.writer._still_current = held
+    writer._write = held
     original = _retry_thirty(gen)
     daemon.ingest(src)
     assert daemon.rescore(src).scored >= 30  # queued, held
@@ -196,6 +197,7 @@ def test_a_queued_write_never_lands_over_a_newer_file_from_another_process(tmp_p
     hook.ingest(src)
     assert hook.score(src, [20]).scored == 1  # back to the original score (and its file's bytes)
     newest = (gen.log / "iter-20.score.yaml").read_bytes()
+    hook_done.set()
     hook.close()
     daemon.close()
     assert (gen.log / "iter-20.score.yaml").read_bytes() == newest

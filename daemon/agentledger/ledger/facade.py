@@ -178,7 +178,7 @@ class Ledger:
             if rels:
                 report.add(self.annotations.ingest(asrc, rels))
         for src in touched_logs:
-            report.add(self.rescore(src))
+            report.add(self.rescore(src, backstop=False))
         return report.add(self.detect())
 
     # -- scoring --------------------------------------------------------------------------------
@@ -253,17 +253,17 @@ class Ledger:
                     total.add(self.sidecars.sync(src))
         return total
 
-    def rescore(self, src: IterationLogSource, *, everything: bool = False,
+    def rescore(self, src: IterationLogSource, *, everything: bool = False, backstop: bool = True,
                 progress: Progress | None = None) -> Outcome:
         """Score what changed (or every iteration) under the ledger's active rubric;
-        errors are reported, never raised."""
+        errors are reported, never raised. ``backstop``: see ``Planner.affected``."""
         self.rubrics.follow()
         try:
             with self.ctx.repo(src).one_view():
                 finish = functools.partial(self.planner.record_trunk_rows, src)
                 if everything:
                     return self.scoring.score(src, finish=finish, progress=progress)
-                todo = sorted(set(self.planner.affected(src)) | set(self.scoring.unverified(src)))
+                todo = sorted(set(self.planner.affected(src, backstop=backstop)) | set(self.scoring.unverified(src)))
                 if todo:
                     return self.scoring.score(src, todo, finish=finish, progress=progress)
                 self.planner.record_trunk(src)
