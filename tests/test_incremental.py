@@ -299,25 +299,36 @@ def test_the_daemons_trunk_index_follows_forward_moves_as_a_full_pass_would(tmp_
             f'Revert "iter {victim}"\n\nThis reverts commit {_commit_of(gen, victim)}.')
         assert victim in ledger.planner.affected(src)  # the cached path, not a full resolve
         ledger.rescore(src)
+        def close(n: int, commit: str, summary: str) -> None:
+            (gen.log / f"iter-{n}.yaml").write_text(
+                f"schema_version: 2\niteration: {n}\ntask_id: t0-0\ncommit: {commit}\n"
+                f"impl:\n  summary: \"{summary}\"\n  scope_note: on-target\n")
+            ledger.ingest_paths([gen.log / f"iter-{n}.yaml"])
+
+        def lands(n: int, *move: list[str]) -> None:
+            for args in move:
+                git(*args)
+            assert n in ledger.planner.affected(src)
+            ledger.rescore(src)
+
         git(gen.repo, "checkout", "-q", "-b", "feature")
         git(gen.repo, "commit", "--allow-empty", "-q", "-m", "feature work")
         side = git(gen.repo, "rev-parse", "HEAD")
-        (gen.log / "iter-41.yaml").write_text(
-            f"schema_version: 2\niteration: 41\ntask_id: t0-0\ncommit: {side[:12]}\n"
-            "impl:\n  summary: \"feature work\"\n  scope_note: on-target\n")
         git(gen.repo, "checkout", "-q", "master")
-        ledger.ingest_paths([gen.log / "iter-41.yaml"])
-        git(gen.repo, "merge", "-q", "--ff-only", "feature")
-        assert 41 in ledger.planner.affected(src)  # its commit is on the trunk now: landed
-        ledger.rescore(src)
+        close(41, side[:12], "feature work")
+        lands(41, [gen.repo, "merge", "-q", "--ff-only", "feature"])  # its commit is on the trunk now
         # a commit that resolves nowhere (squashed away), then its summary as a trunk subject
-        (gen.log / "iter-42.yaml").write_text(
-            "schema_version: 2\niteration: 42\ntask_id: t0-0\ncommit: 0badc0ffee12\n"
-            "impl:\n  summary: \"Squashed Work\"\n  scope_note: on-target\n")
-        ledger.ingest_paths([gen.log / "iter-42.yaml"])
-        git(gen.repo, "commit", "--allow-empty", "-q", "-m", "squashed work")
-        assert 42 in ledger.planner.affected(src)  # landed by its subject
-        ledger.rescore(src)
+        close(42, "0badc0ffee12", "Squashed Work")
+        lands(42, [gen.repo, "commit", "--allow-empty", "-q", "-m", "squashed work"])
+        # a commit made elsewhere and named before this repository has it, then pulled in
+        other = tmp_path / "other"
+        git(tmp_path, "clone", "-q", str(gen.repo), str(other))
+        git(other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--allow-empty", "-q", "-m", "pushed later")
+        close(43, git(other, "rev-parse", "HEAD")[:10], "not its subject")
+        lands(43, [gen.repo, "pull", "-q", "--ff-only", str(other), "master"])  # its abbreviation resolves
+        # a name that names nothing yet, then a tag on a new trunk commit
+        close(44, "release-1", "not its subject either")
+        lands(44, [gen.repo, "commit", "--allow-empty", "-q", "-m", "release"], [gen.repo, "tag", "release-1"])
     finally:
         ledger.close()
     assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),

@@ -9,7 +9,6 @@ the entries it handled in its own last transaction.
 from __future__ import annotations
 
 import json
-import re
 
 from ..config import IterationLogSource
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
@@ -18,30 +17,24 @@ from ..store import db as store
 from .context import Context
 from .inputs import iso_ns
 from .trunk_index import TrunkIndex
-from .windows import window_successors, windows_meeting
-
-# a commit reference that names a commit by its (abbreviated) SHA: what it resolves to never
-# changes (GitRepo.forget keeps exactly these across a forward move of the trunk)
-_SHA_REF = re.compile(r"[0-9a-fA-F]{4,64}")
+from .windows import Ends, windows_meeting
 
 
 class Planner:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.ends: dict[str, dict[int, int | None]] = {}  # source -> iteration -> commit time (ns)
+        self.ends: dict[str, Ends] = {}  # source -> iteration -> commit time (ns)
         self._consumed: tuple[str, list[int]] | None = None  # pending rows the current pass read
         self._pending_tip: tuple[str, str | None] | None = None  # the trunk tip the current pass saw
         # source -> its iterations' commit references and their resolutions: what a forward
         # move of the trunk is checked against, kept up to date with changed iterations, so
         # a commit on the trunk costs its own range, not a pass over the log
         self.facts: dict[str, TrunkIndex] = {}
-        self.stable: set[str] = set()  # references seen to be a resolved commit's SHA
 
     def forget(self) -> None:
         """Drop the commit-time index (a full scan rebuilds it from the table and git)."""
         self.ends.clear()
         self.facts.clear()
-        self.stable.clear()
 
     def affected(self, src: IterationLogSource, *, backstop: bool = True) -> list[int]:
         """The iterations whose score inputs may have changed since the last pass.
@@ -93,7 +86,7 @@ class Planner:
                         " WHERE source = ? ORDER BY iteration", (src.id,)).fetchall()
                     res = repo.resolve([r[1] for r in rows])
                     cached = self.facts[src.id] = TrunkIndex([tuple(r) for r in rows], res)
-                    self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c, _ in rows}
+                    self.ends[src.id] = Ends({it: iso_ns(res[c].commit_time) for it, c, _ in rows})
                 if not forward or old is None or tip is None:
                     out |= set(cached.refs)  # first pass, no trunk, or rewritten history
                 else:
@@ -103,9 +96,9 @@ class Planner:
             if out or spans:
                 ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
                                                       and r[1] == src.id})
-                out |= window_successors(ends, out)
+                out |= ends.successors(out)
                 if spans:
-                    out |= windows_meeting(ends, spans)
+                    out |= windows_meeting(ends.items(), spans)
         self._pending_tip = (src.id, tip)
         return sorted(out)
 
@@ -114,17 +107,7 @@ class Planner:
         """After a forward move: resolve again the references that may now mean something
         else — names, and the abbreviated SHAs of missing commits that one of the new
         commits' SHAs begins with; the iterations whose resolution changed."""
-        again = []
-        for c in sorted(index.unproven):
-            if c in self.stable or c not in index.by_ref:
-                index.unproven.discard(c)
-                continue
-            r = index.res.get(c)
-            if r is not None and r.sha and _SHA_REF.fullmatch(c or ""):
-                self.stable.add(c)  # a commit's SHA: what it names never changes
-                index.unproven.discard(c)
-            elif not _SHA_REF.fullmatch(c or "") or any(s.startswith(c.lower()) for s in shas):
-                again.append(c)
+        again = index.moved_refs(shas)
         if not again:
             return set()
         out = index.resolve(repo.resolve(again))
@@ -151,7 +134,7 @@ class Planner:
                                   (json.dumps(ids),))
         self._consumed = None
 
-    def _commit_times(self, src: IterationLogSource, repo: GitRepo, changed: set[int]) -> list[tuple[int, int | None]]:
+    def _commit_times(self, src: IterationLogSource, repo: GitRepo, changed: set[int]) -> Ends:
         """Every iteration's commit time, in iteration order, from an in-memory index
         built once and refreshed for ``changed`` iterations (and on trunk moves)."""
         conn = self.ctx.conn
@@ -160,7 +143,7 @@ class Planner:
             rows = conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?",
                                 (src.id,)).fetchall()
             res = repo.resolve([r[1] for r in rows])
-            ends = self.ends[src.id] = {it: iso_ns(res[c].commit_time) for it, c in rows}
+            ends = self.ends[src.id] = Ends({it: iso_ns(res[c].commit_time) for it, c in rows})
         elif changed:
             rows = conn.execute(
                 "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
@@ -175,10 +158,10 @@ class Planner:
                     facts.set(it, c, summary)
                     facts.resolve({c: res[c]})
             for it in changed - present:
-                ends.pop(it, None)  # removed
+                ends.pop(it)  # removed
                 if facts is not None:
                     facts.drop(it)
-        return sorted(ends.items())
+        return ends
 
     def _artifact_refs_by_iteration(self, src: IterationLogSource) -> list[tuple[int, str, str]]:
         sql = (f"SELECT i.iteration, '{VERIFIER_RESULT}', json_extract(v.value, '$.result_artifact')"

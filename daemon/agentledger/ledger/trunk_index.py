@@ -5,7 +5,12 @@ iterations, a pass over all of them cost a close ~110 ms."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# a commit reference that names a commit by its (abbreviated) SHA: what it resolves to never
+# changes (GitRepo.forget keeps exactly these across a forward move of the trunk)
+_SHA_REF = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
 class TrunkIndex:
@@ -17,16 +22,28 @@ class TrunkIndex:
         self.by_ref: dict[str, set[int]] = {}
         self.by_sha: dict[str, set[int]] = {}  # resolved: the commit's SHA -> iterations
         self.by_subject: dict[str, set[int]] = {}  # unresolved: summary, folded -> iterations
-        self.unproven: set[str] = set()  # references not yet seen to be a resolved commit's SHA
+        # what a forward move may make mean something else: names (a branch, a tag), and
+        # SHA-like references that resolve to no commit, by their lower-case text (a new
+        # commit whose SHA begins with one of them is looked up by its prefixes)
+        self.names: set[str] = set()
+        self.abbrevs: dict[str, set[str]] = {}
         for it, c, summary in rows:
             self.set(it, c, summary)
+
+    def moved_refs(self, shas: set[str]) -> list[str]:
+        """The references to resolve again after a forward move that brought ``shas``."""
+        out = set(self.names)
+        for sha in shas:
+            for n in range(4, min(len(sha), 64) + 1):
+                out |= self.abbrevs.get(sha[:n].lower(), set())
+        return sorted(out)
 
     def set(self, it: int, ref: str, summary: str | None) -> None:
         """Iteration ``it`` now names ``ref`` (its resolution, if new, comes with ``resolve``)."""
         self.drop(it)
         self.refs[it] = (ref, summary)
         self.by_ref.setdefault(ref, set()).add(it)
-        self.unproven.add(ref)
+        self._classify(ref)
         self._index(it, ref, summary)
 
     def drop(self, it: int) -> None:
@@ -35,6 +52,17 @@ class TrunkIndex:
             return
         self._unindex(it, *old)
         _discard(self.by_ref, old[0], it)
+        if old[0] not in self.by_ref:  # no iteration names it any more
+            self.names.discard(old[0])
+            _discard(self.abbrevs, old[0].lower(), old[0])
+
+    def _classify(self, ref: str) -> None:
+        if not _SHA_REF.fullmatch(ref or ""):
+            self.names.add(ref)
+        elif self._sha(ref):  # a commit's SHA: what it names never changes
+            _discard(self.abbrevs, ref.lower(), ref)
+        else:
+            self.abbrevs.setdefault(ref.lower(), set()).add(ref)
 
     def resolve(self, fresh: dict[str, Any]) -> set[int]:
         """Take new resolutions; the iterations whose reference now resolves otherwise."""
@@ -48,6 +76,8 @@ class TrunkIndex:
             self.res[ref] = r
             for it in its:
                 self._index(it, ref, self.refs[it][1])
+            if its:
+                self._classify(ref)
             changed |= its
         return changed
 
@@ -85,7 +115,7 @@ class TrunkIndex:
             _discard(self.by_subject, summary.strip().casefold(), it)
 
 
-def _discard(index: dict[str, set[int]], key: str, it: int) -> None:
+def _discard(index: dict, key: str, it: object) -> None:
     its = index.get(key)
     if its is not None:
         its.discard(it)

@@ -84,18 +84,47 @@ class FactSums:
         return tuple(a + b for a, b in zip(base, self.delta.total(start, end)))
 
 
-def window_successors(ends: list[tuple[int, int | None]], changed: set[int]) -> set[int]:
-    """For each changed iteration, the next one (in order) whose commit resolves:
-    its window starts where the changed one's ends."""
-    out = set()
-    pending = False
-    for it, end in ends:
-        if pending and end is not None:
-            out.add(it)
-            pending = False
-        if it in changed:
-            pending = True
-    return out
+class Ends:
+    """Each iteration's commit time (ns; None when its commit does not resolve), kept in
+    iteration order as iterations come and go, so that the iterations a change moves
+    are found by binary search, not by sorting and walking the log (at 100,000
+    iterations that cost every close ~20 ms)."""
+
+    def __init__(self, at: dict[int, int | None]) -> None:
+        self.at = dict(at)
+        self.order = sorted(self.at)
+
+    def __setitem__(self, it: int, end: int | None) -> None:
+        if it not in self.at:
+            if self.order and it > self.order[-1]:
+                self.order.append(it)  # the usual case: a new iteration closes
+            else:
+                bisect.insort(self.order, it)
+        self.at[it] = end
+
+    def pop(self, it: int) -> None:
+        if self.at.pop(it, _MISSING) is not _MISSING:
+            del self.order[bisect.bisect_left(self.order, it)]
+
+    def items(self) -> list[tuple[int, int | None]]:
+        return [(it, self.at[it]) for it in self.order]
+
+    def successors(self, changed: set[int]) -> set[int]:
+        """For each changed iteration (of those known here), the next one in order whose
+        commit resolves: its window starts where the changed one's ends."""
+        out = set()
+        order, at = self.order, self.at
+        for it in changed:
+            if it not in at:
+                continue
+            for j in range(bisect.bisect_right(order, it), len(order)):
+                if at[order[j]] is not None:
+                    out.add(order[j])
+                    break
+        return out
+
+
+_MISSING = object()
 
 
 def windows_meeting(ends: list[tuple[int, int | None]], spans: list[tuple[int, int]]) -> set[int]:
