@@ -148,18 +148,23 @@ def floor_files(log: Path, remove: bool = False) -> None:
 
 def hook_with_service(gen, common: list[str], first: int, runs: int) -> list[float]:
     """``agentledger score N`` on just-written iterations while ``agentledger run`` serves the
-    ledger (the hook's request answered by the service; it also sees the file appear)."""
-    sock = Path(common[common.index("--db") + 1] + ".hook.sock")
-    service = subprocess.Popen([sys.executable, "-m", "agentledger", "run", *common],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ledger (the hook's request answered by the service; it also sees the file appear). The
+    closes start once the service is ready (its start-up scan done) and has handled one
+    close (its first builds the index of the iterations' commits: ~3 s at 100,000)."""
+    db = common[common.index("--db") + 1]
+    log = Path(db + ".service.log")
+    with open(log, "wb") as out:
+        service = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--log-format", "json",
+                                    *[a for a in common if a != "-q"]], stdout=out, stderr=subprocess.STDOUT)
     try:
-        while not sock.exists():  # listening (the service makes it before its first scan)
+        while b'"event": "ready"' not in log.read_bytes():
             if service.poll() is not None:
-                raise SystemExit("agentledger run exited")
+                raise SystemExit(f"agentledger run exited:\n{log.read_text(errors='replace')}")
             time.sleep(0.05)
-        run(["score", str(first - 1), *common])  # its first answer opens the service's hook ledger
+        synth.add_iteration(gen, first)  # the warm-up close
+        run(["score", str(first), *common])
         times = []
-        for k in range(first, first + runs):
+        for k in range(first + 1, first + 1 + runs):
             time.sleep(0.5)  # an agent closes an iteration every few minutes, not back to back:
             # the service has seen the last close by now (its watch also rescores that iteration)
             synth.add_iteration(gen, k)
@@ -168,6 +173,7 @@ def hook_with_service(gen, common: list[str], first: int, runs: int) -> list[flo
     finally:
         service.terminate()
         service.wait()
+        log.unlink(missing_ok=True)
 
 
 def bench(n: int, runs: int, out: Path) -> dict:
