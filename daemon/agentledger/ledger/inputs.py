@@ -60,6 +60,9 @@ class Gathered:
         return ScoringInputs(record=Record.from_json(json.loads(self.record_json)), **self.facts)
 
 
+_PLANS = ".agents/workflow/plans/"  # where every TASKS.yaml artifact is (files.tasks_candidates)
+
+
 class Inputs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -145,13 +148,13 @@ class Inputs:
 
     def _artifacts(self, src: IterationLogSource, paths: set[str] | None) -> tuple[dict[str, Artifact], list[Artifact]]:
         """Artifacts at ``paths`` (all when None) and every plan's TASKS.yaml, in path order."""
-        sql = "SELECT path, artifact FROM artifacts WHERE source = ? AND (kind = ?"
-        args: list = [src.id, TASKS]
         if paths is None:
-            sql += " OR 1)"
-        else:
-            sql += " OR path IN (SELECT value FROM json_each(?)))"
-            args.append(json.dumps(sorted(paths)))
+            sql, args = "SELECT path, artifact FROM artifacts WHERE source = ?", [src.id]
+        else:  # two look-ups by path: "kind = tasks OR path IN …" scanned every artifact (14 ms at 100,000)
+            sql = ("SELECT path, artifact FROM artifacts WHERE source = ? AND path >= ? AND path < ? AND kind = ?"
+                   " UNION SELECT path, artifact FROM artifacts WHERE source = ? AND path IN"
+                   " (SELECT value FROM json_each(?))")
+            args = [src.id, _PLANS, _PLANS[:-1] + chr(ord("/") + 1), TASKS, src.id, json.dumps(sorted(paths))]
         arts: dict[str, Artifact] = {}
         tasks: list[Artifact] = []
         for r in self.ctx.conn.execute(sql + " ORDER BY path", args):
