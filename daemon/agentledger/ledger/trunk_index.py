@@ -19,14 +19,16 @@ class TrunkIndex:
         resolution (``GitRepo.resolve``: ``sha`` empty when it names no commit)."""
         self.refs: dict[int, tuple[str, str | None]] = {}
         self.res: dict[str, Any] = dict(res)
-        self.by_ref: dict[str, set[int]] = {}
-        self.by_sha: dict[str, set[int]] = {}  # resolved: the commit's SHA -> iterations
-        self.by_subject: dict[str, set[int]] = {}  # unresolved: summary, folded -> iterations
+        # each index holds one member as itself and more as a set: nearly every reference
+        # and SHA is one iteration's, and 200,000 one-element sets cost ~40 MB at 100,000
+        self.by_ref: dict[str, Any] = {}
+        self.by_sha: dict[str, Any] = {}  # resolved: the commit's SHA -> iterations
+        self.by_subject: dict[str, Any] = {}  # unresolved: summary, folded -> iterations
         # what a forward move may make mean something else: names (a branch, a tag), and
         # SHA-like references that resolve to no commit, by their lower-case text (a new
         # commit whose SHA begins with one of them is looked up by its prefixes)
         self.names: set[str] = set()
-        self.abbrevs: dict[str, set[str]] = {}
+        self.abbrevs: dict[str, Any] = {}
         for it, c, summary in rows:
             self.set(it, c, summary)
 
@@ -35,14 +37,14 @@ class TrunkIndex:
         out = set(self.names)
         for sha in shas:
             for n in range(4, min(len(sha), 64) + 1):
-                out |= self.abbrevs.get(sha[:n].lower(), set())
+                out.update(_members(self.abbrevs, sha[:n].lower()))
         return sorted(out)
 
     def set(self, it: int, ref: str, summary: str | None) -> None:
         """Iteration ``it`` now names ``ref`` (its resolution, if new, comes with ``resolve``)."""
         self.drop(it)
         self.refs[it] = (ref, summary)
-        self.by_ref.setdefault(ref, set()).add(it)
+        _add(self.by_ref, ref, it)
         self._classify(ref)
         self._index(it, ref, summary)
 
@@ -62,7 +64,7 @@ class TrunkIndex:
         elif self._sha(ref):  # a commit's SHA: what it names never changes
             _discard(self.abbrevs, ref.lower(), ref)
         else:
-            self.abbrevs.setdefault(ref.lower(), set()).add(ref)
+            _add(self.abbrevs, ref.lower(), ref)
 
     def resolve(self, fresh: dict[str, Any]) -> set[int]:
         """Take new resolutions; the iterations whose reference now resolves otherwise."""
@@ -70,7 +72,7 @@ class TrunkIndex:
         for ref, r in fresh.items():
             if r == self.res.get(ref):
                 continue
-            its = self.by_ref.get(ref, set())
+            its = _members(self.by_ref, ref)
             for it in its:
                 self._unindex(it, ref, self.refs[it][1])
             self.res[ref] = r
@@ -78,7 +80,7 @@ class TrunkIndex:
                 self._index(it, ref, self.refs[it][1])
             if its:
                 self._classify(ref)
-            changed |= its
+            changed.update(its)
         return changed
 
     def on_trunk(self, shas: set[str], subjects: set[str], runs: set[str]) -> set[int]:
@@ -87,13 +89,13 @@ class TrunkIndex:
         resolve and a new commit has its summary as subject."""
         out: set[int] = set()
         for sha in shas:
-            out |= self.by_sha.get(sha, set())
+            out.update(_members(self.by_sha, sha))
         if runs:  # a revert on the trunk: rare
-            for sha, its in self.by_sha.items():
+            for sha in self.by_sha:
                 if any(sha.startswith(r) for r in runs):
-                    out |= its
+                    out.update(_members(self.by_sha, sha))
         for subject in subjects:
-            out |= self.by_subject.get(subject, set())
+            out.update(_members(self.by_subject, subject))
         return out
 
     def _sha(self, ref: str) -> str:
@@ -103,9 +105,9 @@ class TrunkIndex:
     def _index(self, it: int, ref: str, summary: str | None) -> None:
         sha = self._sha(ref)
         if sha:
-            self.by_sha.setdefault(sha, set()).add(it)
+            _add(self.by_sha, sha, it)
         elif summary:
-            self.by_subject.setdefault(summary.strip().casefold(), set()).add(it)
+            _add(self.by_subject, summary.strip().casefold(), it)
 
     def _unindex(self, it: int, ref: str, summary: str | None) -> None:
         sha = self._sha(ref)
@@ -115,9 +117,29 @@ class TrunkIndex:
             _discard(self.by_subject, summary.strip().casefold(), it)
 
 
-def _discard(index: dict, key: str, it: object) -> None:
-    its = index.get(key)
-    if its is not None:
-        its.discard(it)
-        if not its:
-            del index[key]
+def _add(index: dict, key: str, member: Any) -> None:
+    held = index.get(key, _NONE)
+    if held is _NONE:
+        index[key] = member
+    elif isinstance(held, set):
+        held.add(member)
+    elif held != member:
+        index[key] = {held, member}
+
+
+def _discard(index: dict, key: str, member: Any) -> None:
+    held = index.get(key, _NONE)
+    if isinstance(held, set):
+        held.discard(member)
+        if len(held) == 1:
+            index[key] = next(iter(held))
+    elif held == member:
+        del index[key]
+
+
+def _members(index: dict, key: str) -> tuple | set:
+    held = index.get(key, _NONE)
+    return () if held is _NONE else held if isinstance(held, set) else (held,)
+
+
+_NONE = object()
