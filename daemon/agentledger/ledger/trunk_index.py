@@ -102,19 +102,18 @@ class TrunkIndex:
         r = self.res.get(ref)
         return r.sha if r is not None and r.sha else ""
 
-    def _index(self, it: int, ref: str, summary: str | None) -> None:
+    def _index(self, it: int, ref: str, summary: str | None, change: Any = None) -> None:
+        """File ``it`` under its commit's SHA, or its summary when that does not resolve
+        (``change``: ``_add``, or ``_discard`` to take it out again)."""
+        change = change or _add
         sha = self._sha(ref)
         if sha:
-            _add(self.by_sha, sha, it)
+            change(self.by_sha, sha, it)
         elif summary:
-            _add(self.by_subject, summary.strip().casefold(), it)
+            change(self.by_subject, summary.strip().casefold(), it)
 
     def _unindex(self, it: int, ref: str, summary: str | None) -> None:
-        sha = self._sha(ref)
-        if sha:
-            _discard(self.by_sha, sha, it)
-        elif summary:
-            _discard(self.by_subject, summary.strip().casefold(), it)
+        self._index(it, ref, summary, _discard)
 
 
 def _add(index: dict, key: str, member: Any) -> None:
