@@ -380,3 +380,20 @@ def test_a_scan_that_finds_nothing_changed_loads_no_yaml_parser(tmp_path: Path, 
     assert "agentledger.ledger" in quiet and "yaml" not in quiet
     (log / "iter-2.yaml").write_text("schema_version: 1\niteration: 2\nscope_note: on-target\n")
     assert "yaml" in imported_by(cli_subprocess(*args, env={"PYTHONPROFILEIMPORTTIME": "1"}))
+
+
+def test_each_command_line_builds_the_parser_of_its_own_command() -> None:
+    """``main`` builds only the flags of the command named first (COMMAND_GROUPS says
+    where it lives): the map names every command of every group, and that one command's
+    parser reads a command line as the whole parser does, help included."""
+    from agentledger import cli
+
+    whole = cli.build_parser()
+    sub = next(a for a in whole._actions if a.dest == "command")
+    assert set(sub.choices) == set(cli.COMMAND_GROUPS)
+    for name, group in cli.COMMAND_GROUPS.items():
+        alone = cli.build_parser(group, name)
+        assert set(next(a for a in alone._actions if a.dest == "command").choices) == {name}
+        assert alone._subparsers._group_actions[0].choices[name].format_help() == sub.choices[name].format_help()
+    argv = ["ingest", "--once", "--db", "x.sqlite", "--iteration-log", "l", "--repo", "r", "--json"]
+    assert vars(cli.build_parser("ingest", "ingest").parse_args(argv)) == vars(whole.parse_args(argv))

@@ -19,6 +19,18 @@ from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
 
 GROUPS = ("ingest", "read", "answers", "trajectories", "views", "team", "settings")  # help lists them in this order
 
+# the group (module) each command is in: a command line naming one first builds that
+# command's flags alone (``main``); tests/test_cli.py checks this against the modules
+COMMAND_GROUPS = {
+    **dict.fromkeys(("ingest", "run", "score", "backfill", "rebuild"), "ingest"),
+    **dict.fromkeys(("status", "quarantine", "trials", "runs", "query"), "read"),
+    **dict.fromkeys(("compare", "cost", "experiment", "detections"), "answers"),
+    **dict.fromkeys(("trajectories", "trajectory", "lint"), "trajectories"),
+    **dict.fromkeys(("ui", "report", "export", "import"), "views"),
+    **dict.fromkeys(("ship", "central"), "team"),
+    "config": "settings",
+}
+
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (what is wrong, and where help is),
@@ -78,7 +90,8 @@ def setup_logging(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     hook = argv[:1] == ["score"]  # the close-task hook: `agentledger score N …`
-    parser = build_parser("ingest", "score") if hook else build_parser()
+    group = COMMAND_GROUPS.get(argv[0]) if argv else None  # else --help, --version, a typo: every command
+    parser = build_parser(group, argv[0]) if group else build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -31,6 +31,9 @@ class Context:
     touched: Touched = field(default_factory=Touched)  # what ingestion changed since the last notification
     announce: Callable[[str], None] = log.info  # rubric changes: the CLI prints them on stderr
     repos: dict[str, GitRepo] = field(default_factory=dict)
+    # names of temp files a full scan's listing of each log directory found (source id ->
+    # names): the sweep beside the sidecars that follows needs no listing of its own
+    listed_temps: dict[str, list[str]] = field(default_factory=dict)
     log: EventLog = field(init=False)  # the one way events are written
 
     def __post_init__(self) -> None:

@@ -39,7 +39,7 @@ class IterationLogs:
         if iterations is None:
             known, paths, known_arts = self._known(src)
             try:
-                cands, seen = S.changed_log_candidates(src, known)
+                cands, seen, self.ctx.listed_temps[src.id] = S.changed_log_candidates(src, known)
             except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
                 report.errors.append(f"{src.path}: cannot list the iteration-log directory: "
                                      f"{exc.strerror or exc}")

@@ -248,15 +248,17 @@ class SidecarSync:
         """Remove temp files that killed writers left beside the sidecars (once per
         run, and at each daemon reconcile: ``forget``): a SIGKILL between a temp
         file's creation and its rename leaves one behind in the user's directory."""
+        listed = self.ctx.listed_temps.pop(src.id, None)  # this pass's listing, or none: never an older one
         if src.id in self._swept:
             return
         self._swept.add(src.id)
-        removed = sidecars.remove_stale_temps(src.path)
+        removed = sidecars.remove_stale_temps(src.path, listed)
         if removed:
             log.info("removed %d temp file(s) left by killed writers in %s", removed, src.path)
 
     def forget(self) -> None:
         self._swept.clear()
+        self.ctx.listed_temps.clear()
 
     def collect_writes(self) -> Outcome:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""

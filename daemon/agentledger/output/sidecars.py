@@ -269,10 +269,11 @@ def _temp_file(directory: Path) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=lifetime.stamped(TEMP_PREFIX), suffix=TEMP_SUFFIX, dir=directory)
 
 
-def remove_stale_temps(directory: Path) -> int:
+def remove_stale_temps(directory: Path, names: list[str] | None = None) -> int:
     """Remove our temp files that a killed writer left in ``directory`` (only names
-    with our prefix, and only when the process named in them is gone); how many."""
-    return len(lifetime.remove_stale(directory, TEMP_PREFIX, TEMP_SUFFIX))
+    with our prefix, and only when the process named in them is gone); how many.
+    ``names``: the directory's names from a listing just made, if the caller has one."""
+    return len(lifetime.remove_stale(directory, TEMP_PREFIX, TEMP_SUFFIX, names))
 
 
 def is_temp_name(name: str) -> bool:

@@ -75,17 +75,20 @@ def _stale(name: str, prefix: str, suffix: str, path: Path, now: float) -> bool:
     return now - made_at > UNSTAMPED_MAX_AGE_S
 
 
-def remove_stale(directory: str | os.PathLike, prefix: str, suffix: str = "") -> list[Path]:
+def remove_stale(directory: str | os.PathLike, prefix: str, suffix: str = "",
+                 names: list[str] | None = None) -> list[Path]:
     """Remove the leftovers of dead owners in ``directory`` (names ``prefix…suffix``
-    only, files or directories); returns what was removed. Never raises."""
+    only, files or directories); returns what was removed. Never raises. ``names``:
+    the directory's names (or those of them with ``prefix``) from a listing just made."""
     import time
 
     removed: list[Path] = []
     now = time.time()
-    try:
-        names = os.listdir(directory)  # names only: a log directory of 20,000 files lists in half the time
-    except OSError:
-        return removed
+    if names is None:
+        try:
+            names = os.listdir(directory)  # names only: a log directory of 20,000 files lists in half the time
+        except OSError:
+            return removed
     for name in names:
         if not name.startswith(prefix) or not name.endswith(suffix):
             continue
