@@ -266,11 +266,13 @@ def test_a_pass_gathered_in_parts_equals_one_gathered_whole(tmp_path: Path, monk
     assert run_cli("ingest", *common, "--db", str(whole))[0] == 0
     sidecars = {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")}
     monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 7)
+    monkeypatch.setattr(scoring_pass, "FIRST_PART", 3)  # a short first part, then parts of 7
     assert run_cli("ingest", *common, "--db", str(parts))[0] == 0
     assert state(parts) == state(whole) and len(state(whole)) == 60
     assert sum(w is not None for *_, w in state(whole)) > 40  # windows were chained, not just absent
     assert {p.name: p.read_bytes() for p in gen.log.glob("*.score.yaml")} == sidecars
     monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 11)  # and a backfill in parts
+    monkeypatch.setattr(scoring_pass, "FIRST_PART", 5)
     assert run_cli("backfill", "--rubric", "3.0.0", *common, "--db", str(parts))[0] == 0
     monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 5000)
     assert run_cli("backfill", "--rubric", "3.0.0", *common, "--db", str(whole))[0] == 0

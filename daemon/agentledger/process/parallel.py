@@ -61,6 +61,11 @@ def executor():
         return _pool
 
 
+def _warm_up(pool, n: int, module: str) -> None:
+    for _ in range(n):  # one job each: a new pool starts a worker a job until it has n
+        pool.submit(_warm, module)
+
+
 def pool_for(size: int):
     """The worker pool when ``size`` items are worth it (what ``pmap`` decides: the
     pool is started for a large batch, used for a medium one once running), else None."""
@@ -168,6 +173,7 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
     try:
         if _pool is None:
             _pool = _start_pool(n)
+            _warm_up(_pool, n, fn.__module__)  # while the caller makes the first chunk (a scoring pass gathers)
         chunk = min(max(64, size // (n * 8)), MAX_CHUNK)
         it = iter(items)
         parts = ((fn, part) for part in iter(lambda: list(itertools.islice(it, chunk)), []))
@@ -181,6 +187,12 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
         _disabled = True
         shutdown()
         return map(fn, items)
+
+
+def _warm(module: str) -> None:  # in a worker, once: what the jobs to come will import
+    import importlib
+
+    importlib.import_module(module)
 
 
 def _apply(job: tuple) -> list:  # in a worker: one chunk of a pmap
