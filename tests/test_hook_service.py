@@ -9,12 +9,16 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from agentledger import __version__
+from agentledger.service import hook
 
 from .test_daemon import RECORD, Notify, running, wait_until
 
@@ -168,11 +172,32 @@ def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Pa
         assert flagged.returncode == 0 and json.loads(flagged.stdout)["rubric_version"] == "3.0.0"
         assert daemon_log(tmp_path).count("refused: not a source") == 2
         # what is not a request gets nothing, whatever it is
-        assert raw(b"x" * 70_000) == b""  # too long
-        assert raw(b"not json\n") == b""
-        for bad in ({"protocol": 1, "iteration": "1; touch /tmp/x", "fingerprint": ""},
-                    {"protocol": 1, "iteration": -1}, {"protocol": 99, "iteration": 1}, [1, 2]):
-            assert b"refused" in raw(json.dumps(bad).encode() + b"\n")
+        assert raw(b"x" * (hook.MAX_REQUEST + 10)) == b""  # too long
+        assert raw(b"not a request\n") == b""
+        assert raw(json.dumps({"protocol": 1, "iteration": 1}).encode() + b"\n") == b""  # the first protocol
+        assert raw(hook.MAGIC + b"\0two\0x\0y\0z\0w") == b""  # fields that are not what they say
+
+        def request(argv: list[str], **changed) -> bytes:
+            fields = {"argv": argv, "cwd": str(tmp_path), "env": dict(os.environ), "umask": 0o022,
+                      "version": __version__, **changed}
+            return hook.encode_request(**fields)
+
+        def events() -> int:
+            with sqlite3.connect(db) as c:
+                return c.execute("SELECT count(*) FROM events").fetchone()[0]
+
+        before = events()
+        mine = ["--config", str(cfg), "score", "1"]
+        # the service runs `score` and nothing else: another command line (holding the word
+        # `score` or not), another version, a directory or umask that is not one: refused
+        for bad in (request(["--config", str(cfg), "ingest", "--trunk", "score"]),
+                    request(["--config", str(cfg), "backfill", "--rubric", "3.0.0", "--source", "score"]),
+                    request(["--config", str(cfg), "status"]), request(mine, version="0.0.0"),
+                    request(mine, cwd="relative/dir"), request(mine, cwd=str(tmp_path / "gone")),
+                    request(mine, umask=0o7777), request(["--config", str(cfg), "score", "--nosuchflag", "1"])):
+            assert raw(bad).startswith(b"refused "), bad
+        assert events() == before  # nothing was ingested, backfilled or scored for them
+        assert raw(request(mine)).startswith(b"ok 0 ")  # and a request as the hook makes it is answered
         # a caller that connects and says nothing holds the service up for seconds, not for ever
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
             silent.connect(sock)
@@ -255,3 +280,113 @@ def test_the_hook_never_prints_what_another_users_socket_says(tmp_path: Path, ma
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         shutil.rmtree(shared)
+
+
+def test_the_hooks_first_look_finds_the_ledger_the_configuration_names(tmp_path: Path, monkeypatch) -> None:
+    """The launcher finds the service's socket before it parses anything (``store_of``):
+    for each way a ledger is named (flag, environment, configuration file found each way,
+    the default), the same ledger as the full parser and configuration, and no guess at
+    all for a command line it is not sure of. Its table of ``score``'s flags is the parser's."""
+    from agentledger.cli import build_parser
+    from agentledger.cli.common import load_config
+
+    home, state, xdg = tmp_path / "home", tmp_path / "state", tmp_path / "xdg"
+    for d in (home, state, xdg / "agentledger", tmp_path / "etc", tmp_path / "cwd"):
+        d.mkdir(parents=True)
+    (tmp_path / "etc" / "named.toml").write_text('[store]\npath = "rel/by-file.sqlite"\n')
+    (xdg / "agentledger" / "agentledger.toml").write_text('[store]\npath = "~/by-xdg.sqlite"\n')
+    cwd = tmp_path / "cwd"
+    monkeypatch.chdir(cwd)
+    for name in [k for k in os.environ if k.startswith("AGENTLEDGER_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config-here"))
+
+    def both(argv: list[str]) -> tuple[str, str]:
+        guess = hook.store_of(argv, os.environ)
+        assert guess is not None, argv
+        return os.path.abspath(guess), os.path.abspath(load_config(build_parser().parse_args(argv)).store.path)
+
+    cases = [["score", "1"], ["score", "1", "--db", "rel.sqlite"], ["--db=~/tilde.sqlite", "score", "2", "-q"],
+             ["--config", str(tmp_path / "etc" / "named.toml"), "score", "3", "--json"],
+             ["--config", str(tmp_path / "etc" / "named.toml"), "score", "3", "--db", "last.sqlite"],
+             ["score", "--source", "x", "4", "--in-process", "--rubric=3.0.0"]]
+    for argv in cases:
+        guess, real = both(argv)
+        assert guess == real, argv
+    monkeypatch.setenv("AGENTLEDGER_CONFIG", str(tmp_path / "etc" / "named.toml"))
+    assert both(["score", "1"])[0] == str(tmp_path / "etc" / "rel" / "by-file.sqlite") == both(["score", "1"])[1]
+    monkeypatch.setenv("AGENTLEDGER_STORE_PATH", "~/by-env.sqlite")
+    assert both(["score", "1"])[0] == str(home / "by-env.sqlite") == both(["score", "1"])[1]
+    monkeypatch.delenv("AGENTLEDGER_STORE_PATH")
+    monkeypatch.delenv("AGENTLEDGER_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert both(["score", "1"])[0] == str(home / "by-xdg.sqlite") == both(["score", "1"])[1]
+    (cwd / "agentledger.toml").write_text('[store]\npath = "here.sqlite"\n')  # the directory's wins
+    assert both(["score", "1"])[0] == str(cwd / "here.sqlite") == both(["score", "1"])[1]
+    for unsure in (["score"], ["score", "1", "2"], ["status"], ["score", "1", "--he"], ["score", "--help"],
+                   ["score", "1", "--db"], ["score", "-1"], ["--version"], ["score", "1", "--json=yes"]):
+        assert hook.store_of(unsure, os.environ) is None, unsure
+    (cwd / "agentledger.toml").write_text("not toml [")
+    assert hook.store_of(["score", "1"], os.environ) is None  # the parser's to report
+    # the flags it reads are those of `score` and of the command line around it
+    parser = build_parser("ingest", "score")
+    score = parser._subparsers._group_actions[0].choices["score"]
+    flags = {o: a.nargs != 0 for p in (parser, score) for a in p._actions for o in a.option_strings
+             if o not in ("-h", "--help", "--version")}
+    assert flags == {**dict.fromkeys(hook._VALUED, True), **dict.fromkeys(hook._FLAGS, False)}
+
+
+def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_the_service(
+        tmp_path: Path, make_repo) -> None:
+    """A hook run with no flag at all, in a directory whose ``agentledger.toml`` names the
+    ledger and the log by relative paths: the service answers it as resolved there. The
+    warm copy of the command line the service started ends when the service stops, and
+    when the service is killed."""
+    log, cfg, db = setup(tmp_path, make_repo, 2)
+    repo = next(p for p in tmp_path.iterdir() if p.name == "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agentledger.toml").write_text(
+        f'[store]\npath = "../{db.name}"\n[[iteration_logs]]\npath = "../{log.name}"\nrepo = "{repo}"\n')
+
+    def served_copies() -> list[int]:
+        out = []
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"agentledger.cli.served" in cmd:
+                out.append(int(pid))
+        return out
+
+    with running(tmp_path, cfg) as (proc, notify):
+        notify.wait_for("READY=1", 60)
+        copies = [p for p in served_copies() if Path(f"/proc/{p}/stat").read_text().split()[3] == str(proc.pid)]
+        assert len(copies) == 1
+        (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=2))
+        here = subprocess.run([sys.executable, "-m", "agentledger", "score", "3", "--json"], cwd=work,
+                              capture_output=True, text=True, timeout=120)
+        assert here.returncode == 0, here.stderr
+        assert json.loads(here.stdout)["sidecar_path"] == str(log / "iter-3.score.yaml")
+        assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10), daemon_log(tmp_path)
+    assert wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in copies), 10)
+    notify = Notify(tmp_path / "second.sock")
+    killed = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
+    try:
+        notify.wait_for("READY=1", 60)
+        assert wait_until(lambda: any(Path(f"/proc/{p}/stat").read_text().split()[3] == str(killed.pid)
+                                      for p in served_copies()), 10)
+        copies = [p for p in served_copies() if Path(f"/proc/{p}/stat").read_text().split()[3] == str(killed.pid)]
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        assert wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in copies), 10)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait()
+        notify.close()

@@ -179,14 +179,25 @@ _CONVERTERS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 def from_jsonable(cls: type, data: dict[str, Any]) -> Any:
     """Inverse of ``to_jsonable`` for the dataclasses above (unknown keys ignored)."""
-    conv = _CONVERTERS.get(cls)
-    if conv is None:
-        import typing
-
-        hints = typing.get_type_hints(cls)
-        conv = _CONVERTERS[cls] = tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls))
+    conv = _CONVERTERS.get(cls) or _converters(cls)
     return cls(**{name: (fn(data[name]) if data[name] is not None else None)
                   for name, fn in conv if name in data})
+
+
+def _converters(cls: type) -> tuple[tuple[str, Any], ...]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    conv = _CONVERTERS[cls] = tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls))
+    return conv
+
+
+def warm() -> None:
+    """Every dataclass's converter, now: a process that forks a child a request
+    (``cli/served.py``) makes them once, not in each child."""
+    for value in list(globals().values()):
+        if isinstance(value, type) and dataclasses.is_dataclass(value) and value not in _CONVERTERS:
+            _converters(value)
 
 
 def _converter(tp: Any) -> Any:

@@ -12,6 +12,7 @@ loads only the stdlib, PyYAML and the scorer.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -47,10 +48,13 @@ class _Skipped:
         return lambda *args, **kwargs: self
 
 
+@functools.cache
 def build_parser(only: str | None = None, command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (``only``: a group's module name) that group's
     commands alone, or (``command``) that one command of it: the close-task hook need
-    not import every other command's module, nor build every other command's flags."""
+    not import every other command's module, nor build every other command's flags.
+    Built once a process (a parser reads any number of command lines): the warm copy
+    that answers the hook (``served.py``) builds it for each process it forks."""
     import importlib
 
     parser = Parser(
@@ -93,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     group = COMMAND_GROUPS.get(argv[0]) if argv else None  # else --help, --version, a typo: every command
     parser = build_parser(group, argv[0]) if group else build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given (the close-task hook hands it to a running service)
+    from ..service import hook
+
+    if hook.SERVING is not None and args.command != "score":  # a process answering for the service runs
+        raise hook.NotServed  # the close-task hook's command, nothing else (cli/served.py)
     if not args.command:
         parser.print_help()
         return EXIT_USAGE

@@ -88,10 +88,14 @@ def _pick_source(cfg, name: str | None):
 def cmd_score(args: argparse.Namespace) -> int:
     as_json, quiet = bool(args.json), bool(getattr(args, "quiet", False))
     cfg = sourced_config(args)
-    if not args.in_process and cfg.has_sources:
-        from ..service import hook
+    from ..service import hook
 
-        answer = hook.ask(cfg, _pick_source(cfg, args.source), args.iteration, as_json=as_json, quiet=quiet)
+    if hook.SERVING is not None:  # answering for the service (cli/served.py): only what it serves
+        if args.in_process or not cfg.has_sources or \
+                hook.fingerprint(cfg, _pick_source(cfg, args.source)) not in hook.SERVING:
+            raise hook.NotServed
+    elif not args.in_process and cfg.has_sources:
+        answer = hook.ask(cfg.store.path, args.argv)
         if answer is not None:  # the running service did it, as this process would have
             return _said(*answer)
     from . import setup_logging
@@ -252,4 +256,4 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load()
     logs.setup(cfg.daemon.log_format, "error" if getattr(args, "quiet", False) else "info")
-    return Daemon(load, answer_hook=score_result).run()
+    return Daemon(load, serve_hook=True).run()

@@ -44,7 +44,7 @@ from ..ledger import Ledger, Outcome
 from ..output.sidecars import is_temp_name
 from .backoff import backoff
 from .checkpointer import Checkpointer
-from .hook import HookAnswer, HookServer
+from .hook import HookServer
 from .notify import Notifier
 
 log = structlog.get_logger("agentledger.daemon")
@@ -103,9 +103,8 @@ def hold_run_lock(store: Path) -> int:
 
 
 class Daemon:
-    def __init__(self, load_config: Callable[[], Config], answer_hook: HookAnswer | None = None):
-        """``answer_hook``: what ``agentledger score N`` prints (``cli``'s ``score_result``),
-        so that the service answers the close-task hook (``hook.py``); None: it does not."""
+    def __init__(self, load_config: Callable[[], Config], serve_hook: bool = False):
+        """``serve_hook``: answer the close-task hook (``hook.py``) while running."""
         from dataclasses import replace
 
         self.cfg = load_config()
@@ -122,7 +121,7 @@ class Daemon:
         self.checkpointer: Checkpointer | None = None
         self.shipping = None  # a ShipLoop when [[ship]] names team ledgers
         self.run_lock = -1  # hold_run_lock
-        self.answer_hook = answer_hook
+        self.serve_hook = serve_hook
         self.hook: HookServer | None = None  # answers the close-task hook while the service runs
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -212,8 +211,8 @@ class Daemon:
         if self.hook is not None:
             self.hook.stop()
             self.hook = None
-        if self.answer_hook is not None:
-            self.hook = HookServer(self.cfg, self.answer_hook, log).start()
+        if self.serve_hook:
+            self.hook = HookServer(self.cfg, log).start()
 
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
