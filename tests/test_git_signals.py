@@ -188,3 +188,34 @@ def test_changed_files_of_more_commits_than_one_command_line_holds(tmp_path: Pat
     bounded._run = lambda *a, **k: calls.append(len(a)) or real(*a, **k)
     assert bounded.changed_files(shas) == whole and all(v for v in whole.values())
     assert len(calls) == -(-len(shas) // 64) and max(calls) == 64 + 5  # `show` and its 4 options
+
+
+def test_the_work_tree_check_brings_the_trunk_tip_in_one_process(tmp_path: Path, make_repo, monkeypatch) -> None:
+    """Within a view the check and the trunk's tip are one git process; their answers are
+    those of asking each on its own: a repository with its trunk, without it, a bare
+    repository and a plain directory."""
+    import subprocess
+
+    from agentledger.sources.git import GitRepo
+
+    repo: Repo = make_repo()
+    tip = repo.commit("base", {"a": "1"})
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    calls = []
+    real = GitRepo._run
+    monkeypatch.setattr(GitRepo, "_run", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+    for path, trunk, problem, want in ((repo.path, "master", None, tip), (repo.path, "nosuch", None, None),
+                                       (bare, "master", "is not a git repository", None),
+                                       (plain, "master", "is not a git repository", None)):
+        calls.clear()
+        with GitRepo(str(path), trunk).one_view() as g:
+            said = g.check()
+            assert (said is None) if problem is None else (problem in said), (path, trunk, said)
+            assert g.trunk_tip() == want
+            assert g.check() == said and g.trunk_tip() == want  # asked again: from the view
+        assert calls == ["rev-parse"] * (1 if problem is None else 2), (path, trunk, calls)
+        alone = GitRepo(str(path), trunk)  # outside a view, each is its own question
+        assert alone.check() == said and alone.trunk_tip() == want

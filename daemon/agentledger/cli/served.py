@@ -101,6 +101,7 @@ def _warm() -> None:
     import sqlite3  # noqa: F401
 
     from .. import ledger  # noqa: F401
+    from ..analysis import changepoint  # noqa: F401 - the detectors, fed after each score
     from ..ledger import commit, iterlogs, scoring_pass, sidecar_sync  # noqa: F401
     from ..output import sidecars  # noqa: F401
     from ..scoring import combine  # noqa: F401

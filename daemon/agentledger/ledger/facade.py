@@ -184,7 +184,8 @@ class Ledger:
     # -- scoring --------------------------------------------------------------------------------
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Outcome:
-        return self.scoring.score(src, iterations, progress=progress, finish=finish)
+        with self.ctx.repo(src).one_view():  # one trunk for the pass (and one git process for its check and tip)
+            return self.scoring.score(src, iterations, progress=progress, finish=finish)
 
     def sync_sidecars(self, src: IterationLogSource, iterations: list[int] | None = None) -> Outcome:
         return self.sidecars.sync(src, iterations)

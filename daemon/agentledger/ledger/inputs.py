@@ -96,7 +96,9 @@ class Inputs:
                       + [resolve_artifact_path(rec.decision_artifact)] if p}
         arts, tasks = self._artifacts(src, wanted)
         batch = len(records) > 8
-        resolutions = repo.resolve([r.commit for r in records.values()])
+        # for a part of the log, where its windows start (``_previous_ends``) is resolved in the same batch
+        before = [r[1] for r in self._below(src, _chain_starts(records))] if iterations is not None else []
+        resolutions = repo.resolve([r.commit for r in records.values()] + before)
 
         def artifact(raw: str, kind: str) -> Artifact | None:
             rel = resolve_artifact_path(raw)
@@ -176,8 +178,7 @@ class Inputs:
         order = sorted(records)
         starts = {}
         if partial_log:  # where the chain restarts: the first iteration, and after each gap
-            starts = self._previous_ends(src, repo, [it for k, it in enumerate(order)
-                                                     if k == 0 or it - 1 not in records])
+            starts = self._previous_ends(src, repo, _chain_starts(records))
         out: dict[int, tuple[int | None, int]] = {}
         prev = None
         for it in order:
@@ -193,13 +194,17 @@ class Inputs:
     def _previous_ends(self, src: IterationLogSource, repo: GitRepo, iterations: list[int]) -> dict[int, int | None]:
         """Where each iteration's window starts when its predecessors are not being
         scored with it. Usually the iteration just below resolves: one query for all."""
-        rows = self.ctx.conn.execute(
-            "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
-            " (SELECT value FROM json_each(?))", (src.id, json.dumps([it - 1 for it in iterations]))).fetchall()
+        rows = self._below(src, iterations)
         res = repo.resolve([r[1] for r in rows])
         below = {it: iso_ns(res[c].commit_time) for it, c in rows}
         return {it: below[it - 1] if below.get(it - 1) is not None else self._previous_end(src, repo, it)
                 for it in iterations}
+
+    def _below(self, src: IterationLogSource, iterations: list[int]) -> list[tuple[int, str]]:
+        """(iteration, commit) of the iteration just below each of ``iterations``."""
+        return [(r[0], r[1]) for r in self.ctx.conn.execute(
+            "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps([it - 1 for it in iterations])))]
 
     def _previous_end(self, src: IterationLogSource, repo: GitRepo, iteration: int) -> int | None:
         """Commit time of the nearest iteration below ``iteration`` whose commit resolves."""
@@ -227,3 +232,10 @@ class Inputs:
             sums = self._sums[dirs] = FactSums(dirs)
         sums.refresh(self.ctx.conn)
         return sums
+
+
+def _chain_starts(iterations) -> list[int]:
+    """Of ``iterations`` (a part of the log), those whose window starts where an iteration
+    not among them ends: the first, and each one after a gap."""
+    order = sorted(iterations)
+    return [it for k, it in enumerate(order) if k == 0 or it - 1 not in iterations]
