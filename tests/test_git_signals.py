@@ -219,3 +219,31 @@ def test_the_work_tree_check_brings_the_trunk_tip_in_one_process(tmp_path: Path,
         assert calls == ["rev-parse"] * (1 if problem is None else 2), (path, trunk, calls)
         alone = GitRepo(str(path), trunk)  # outside a view, each is its own question
         assert alone.check() == said and alone.trunk_tip() == want
+
+
+def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_repo, monkeypatch) -> None:
+    """The close-task hook's commits (a few full SHAs) resolve with one ``git log``; what
+    that says is what the two-query resolution says, for commits and for what is not one
+    (an annotated tag's SHA, a tree's, an upper-case SHA, a missing one, a name)."""
+    from agentledger.sources import git
+
+    repo: Repo = make_repo()
+    first = repo.commit("first", {"a": "1"}, date="2026-01-02T03:04:05+00:00")
+    second = repo.commit("second", {"a": "2"})
+    repo.git("tag", "-a", "-m", "annotated", "v1", first)
+    tag = repo.git("rev-parse", "v1").strip()
+    tree = repo.git("rev-parse", f"{second}^{{tree}}").strip()
+    cases = [[first], [second, first], [tag], [first, tag], [tree], [second.upper()], ["0" * 40],
+             [first, "0" * 40], ["master", second]]
+    calls = []
+    real = git.GitRepo._run
+    monkeypatch.setattr(git.GitRepo, "_run", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+    for raws in cases:
+        calls.clear()
+        fast = git.GitRepo(str(repo.path)).resolve(raws)
+        if all(len(r) == 40 and r == r.lower() and r in (first, second) for r in raws):
+            assert calls == ["log"], (raws, calls)  # one process
+        monkeypatch.setattr(git, "FEW", 0)
+        assert git.GitRepo(str(repo.path)).resolve(raws) == fast, raws
+        monkeypatch.setattr(git, "FEW", 8)
+    assert git.GitRepo(str(repo.path)).resolve([first])[first].commit_time == "2026-01-02T03:04:05+00:00"

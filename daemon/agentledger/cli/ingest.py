@@ -116,7 +116,7 @@ def _said(code: int, out: str, err: str) -> int:
 
 def score_result(ledger, src, n: int, as_json: bool, quiet: bool) -> tuple[int, str, str]:
     """What ``agentledger score N`` does and says: (exit code, stdout, stderr). One function
-    for the hook's own process and for the service answering it (``service/hook.py``)."""
+    for the hook's own process, which is also what answers it for the service (``served.py``)."""
     from ..ledger import SourceError
     from ..output.sidecars import iteration_sidecar_name, session_sidecar_name
 

@@ -40,6 +40,8 @@ _ENV_OVERRIDES = {
 ARGS_PER_CALL = 2000  # SHAs on one command line (82 KB), far below ARG_MAX
 _HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+FEW = 8  # commit strings that are all full SHAs resolve in one process, not two (``resolve``)
 
 
 class GitError(AgentledgerError):
@@ -324,6 +326,8 @@ class GitRepo:
         """Resolve commit strings in one batch; results cached (commits are immutable,
         but a branch name can move, so only full SHAs are cached across calls)."""
         todo = [r for r in dict.fromkeys(raws) if r not in self._resolved]
+        if todo and len(todo) <= FEW and all(_FULL_SHA.fullmatch(r) for r in todo) and self._commits(todo):
+            todo = []  # a few full SHAs of commits (the close-task hook's): one process said so, and when
         if todo:
             # One query per string: the string itself. It names a commit (the
             # usual case: a SHA, branch or lightweight tag), an annotated tag
@@ -358,6 +362,17 @@ class GitRepo:
             self._resolved.pop(raw, None)
         self._volatile.clear()
 
+    def _commits(self, shas: list[str]) -> bool:
+        """Resolve ``shas`` as the two queries below would, if each is a commit's full SHA:
+        ``git log --no-walk`` prints each one's SHA and time, in the order given, or fails
+        for a SHA that is missing or not a commit's (False: then nothing is resolved here)."""
+        ok, found = self._log_times(shas)
+        if not ok or [sha for sha, _ in found] != shas:
+            return False  # (a tag's SHA prints its commit's)
+        for sha, when in found:
+            self._resolved[sha] = Resolution(sha=sha, commit_time=when)
+        return True
+
     def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
         real = [q for q in queries if q]
         results: list[tuple[str, str] | None] = [None] * len(queries)
@@ -380,14 +395,19 @@ class GitRepo:
     def _commit_times(self, shas: list[str]) -> dict[str, str]:
         if not shas:
             return {}
+        return {sha: when for sha, when in self._log_times(list(dict.fromkeys(shas)))[1] if when is not None}
+
+    def _log_times(self, shas: list[str]) -> tuple[bool, list[tuple[str, str | None]]]:
+        """``git log --no-walk`` of commit SHAs: whether git succeeded, and each commit it
+        printed, in the order given, with its commit time (ISO UTC; None: git gave none)."""
         proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
-                         input=("\n".join(dict.fromkeys(shas)) + "\n").encode())
-        out = {}
+                         input=("\n".join(shas) + "\n").encode())
+        out = []
         for line in proc.stdout.decode().splitlines():
             sha, _, ts = line.partition(" ")
-            if ts.lstrip("-").isdigit():
-                out[sha] = datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat()
-        return out
+            out.append((sha, datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat()
+                        if ts.lstrip("-").isdigit() else None))
+        return proc.returncode == 0, out
 
     # -- landed (§4.1) ----------------------------------------------------------
     def landed(self, raw_commit: str, summary: str, resolution: Resolution, log: TrunkLog, *,
