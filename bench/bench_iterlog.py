@@ -49,9 +49,14 @@ from agentledger.example import synth
 PEAK_KB: dict[str, int] = {}  # command -> the largest peak RSS any run of it had
 
 
+AGENTLEDGER = Path(sys.executable).with_name("agentledger")  # the console script, as the workflow runs it
+
+
 def run(args: list[str], env: dict | None = None, *, script: str | None = None) -> float:
-    """Seconds one process took (``agentledger ARGS``, or ``python -c SCRIPT ARGS``)."""
-    cmd = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "agentledger", *args]
+    """Seconds one process took (``agentledger ARGS``: the console script beside this
+    Python, else ``python -m agentledger``; or ``python -c SCRIPT ARGS``)."""
+    me = [str(AGENTLEDGER)] if AGENTLEDGER.exists() else [sys.executable, "-m", "agentledger"]
+    cmd = [sys.executable, "-c", script, *args] if script else [*me, *args]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     err = proc.stderr.read()

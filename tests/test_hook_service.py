@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -198,13 +199,57 @@ def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Pa
             assert raw(bad).startswith(b"refused "), bad
         assert events() == before  # nothing was ingested, backfilled or scored for them
         assert raw(request(mine)).startswith(b"ok 0 ")  # and a request as the hook makes it is answered
+        # the environment a request carries is the hook's: used, never logged
+        secret = {**os.environ, "SOME_API_TOKEN": "s3cr3t-value-of-the-hook"}
+        assert raw(request(mine, env=secret)).startswith(b"ok 0 ")
+        assert raw(request(["--config", str(cfg), "status"], env=secret)).startswith(b"refused ")
+        assert raw(request(mine, env=secret, version="0.0.0")).startswith(b"refused ")
+        assert wait_until(lambda: daemon_log(tmp_path).count("refused: another version") == 2, 10)
+        assert "s3cr3t" not in daemon_log(tmp_path)
         # a caller that connects and says nothing holds the service up for seconds, not for ever
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
             silent.connect(sock)
             late = score(cfg, 2, "--json")
         assert late.returncode == 0, late.stderr
         assert "close-task hook answered" in daemon_log(tmp_path)
+        # nor does one that trickles its request in a byte at a time: READ_TIMEOUT is for all of it
+        started = time.monotonic()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as trickle:
+            trickle.connect(sock)
+            trickle.settimeout(0.5)
+            while time.monotonic() - started < 30:
+                try:
+                    trickle.send(b"a")
+                    if trickle.recv(1) == b"":
+                        break  # closed on it
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+        assert time.monotonic() - started < hook.READ_TIMEOUT + 5
+        # a flood of callers: a few are answered at once, the rest are closed (their hooks work themselves)
+        flood = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(hook.MAX_ANSWERING + 4)]
+        try:
+            for c in flood:
+                c.connect(sock)
+            assert wait_until(lambda: "too many at once" in daemon_log(tmp_path), 10), daemon_log(tmp_path)
+            zygote = next(p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == proc.pid
+                          and b"agentledger.cli.served" in Path(f"/proc/{p}/cmdline").read_bytes())
+            assert sum(_parent(p) == int(zygote) for p in os.listdir("/proc") if p.isdigit()) <= hook.MAX_ANSWERING
+            crowded = score(cfg, 2, "--json")  # answered or done itself: the same either way
+            assert crowded.returncode == 0 and json.loads(crowded.stdout)["iteration"] == 2, crowded.stderr
+        finally:
+            for c in flood:
+                c.close()
         assert proc.poll() is None
+
+
+def _parent(pid: str) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def test_a_killed_service_leaves_a_socket_the_hook_works_past(tmp_path: Path, make_repo) -> None:
@@ -239,14 +284,19 @@ def test_a_killed_service_leaves_a_socket_the_hook_works_past(tmp_path: Path, ma
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
 def test_the_hook_never_prints_what_another_users_socket_says(tmp_path: Path, make_repo) -> None:
     """Another user's listener at the socket's path (a directory others can write to)
-    answers a forged score: the hook does not print it, and works itself."""
+    answers a forged score in the service's own format: the hook never sends it its
+    command line or environment (a secret in it included), does not print its answer,
+    and works itself."""
     shared = Path(tempfile.mkdtemp(prefix="hook-socket-test-", dir="/tmp"))
     shared.chmod(0o777)
-    forged = json.dumps({"exit": 0, "stdout": "iter-1: 1.0000 forged\n", "stderr": ""}).encode()
+    forged = hook.encode_answer(0, "iter-1: 1.0000 forged\n", "")
     r, w = os.pipe()
+    heard_r, heard_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child: the other user's fake service
         try:
+            os.close(r)
+            os.close(heard_r)
             os.setgid(65534)
             os.setuid(65534)
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
@@ -258,20 +308,25 @@ def test_the_hook_never_prints_what_another_users_socket_says(tmp_path: Path, ma
                 while True:
                     conn, _ = srv.accept()
                     with conn:
+                        conn.settimeout(5)
                         got = b""
-                        while b"\n" not in got:  # the request, as a real service reads it
-                            chunk = conn.recv(65536)
-                            if not chunk:
-                                break
-                            got += chunk
+                        try:
+                            while chunk := conn.recv(65536):  # the request, as a real service reads it
+                                got += chunk
+                        except OSError:
+                            pass
+                        os.write(heard_w, b"connected:" + got[:200] + b"\n")
                         conn.sendall(forged)
         finally:
             os._exit(0)
     os.close(w)
+    os.close(heard_w)
     try:
         assert os.read(r, 2) == b"up"
         log, cfg, db = setup(tmp_path, make_repo, 1, shared / "l.sqlite")
-        done = score(cfg, 1)
+        env = {**os.environ, "SOME_API_TOKEN": "s3cr3t-in-the-hooks-environment"}
+        done = subprocess.run([sys.executable, "-m", "agentledger", "--config", str(cfg), "score", "1"],
+                              capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr
         assert "forged" not in done.stdout and "iter-1:" in done.stdout
         assert (log / "iter-1.score.yaml").exists()
@@ -280,6 +335,8 @@ def test_the_hook_never_prints_what_another_users_socket_says(tmp_path: Path, ma
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         shutil.rmtree(shared)
+    with os.fdopen(heard_r, "rb") as fh:
+        assert fh.read() == b""  # it was never even connected to
 
 
 def test_the_hooks_first_look_finds_the_ledger_the_configuration_names(tmp_path: Path, monkeypatch) -> None:

@@ -71,6 +71,10 @@ def serve() -> None:
             _say(log_fd, "warning", "close-task hook request refused: another user", peer_uid=uid)
             conn.close()
             continue
+        if len(children) >= hook.MAX_ANSWERING:  # a flood of connections: each hook past these works itself
+            _say(log_fd, "warning", "close-task hook request not answered: too many at once", answering=len(children))
+            conn.close()
+            continue
         me = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -153,11 +157,10 @@ def _answer(conn: socket.socket, served: frozenset[str], log_fd: int, parent: in
     _die_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     conn.setblocking(True)
-    conn.settimeout(hook.READ_TIMEOUT)
     try:
         request = hook.read_request(conn)
     except (OSError, ValueError):
-        return  # too long, too slow, not JSON, or gone: no answer
+        return  # too long, too slow, not a request, or gone: no answer
     conn.settimeout(None)
 
     def refuse(why: str, level: str = "info", **fields) -> None:

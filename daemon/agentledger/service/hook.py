@@ -28,9 +28,10 @@ What the socket trusts, and why it is safe to offer:
   depends on, and the agentledger version). Anything else (another source, another
   rubric flag, a usage error, another version) is refused before any work, and the hook
   works in its own process. Nothing else can be asked.
-* Bounded. A request is one line of at most ``MAX_REQUEST`` bytes read within
-  ``READ_TIMEOUT`` seconds; anything else is dropped without an answer. Each request has
-  a process of its own, which ends when its answer is sent, or with the warm copy.
+* Bounded. A request is at most ``MAX_REQUEST`` bytes, all read within ``READ_TIMEOUT``
+  seconds; anything else is dropped without an answer. Each request has a process of its
+  own, which ends when its answer is sent, or with the warm copy; at most
+  ``MAX_ANSWERING`` at once (a connection past them is closed and its hook works itself).
 
 This module imports only the standard library, and on the hook's path only what the
 client half needs (no json, socket, pathlib, subprocess or threading: ~20 ms of a ~60 ms
@@ -49,7 +50,8 @@ import struct
 PROTOCOL = 2
 MAGIC = b"agentledger-hook"  # a request's first field
 MAX_REQUEST = 1 << 20  # bytes: a request is a command line, a directory and an environment
-READ_TIMEOUT = 5.0  # seconds a connection has to send its request
+READ_TIMEOUT = 5.0  # seconds a connection has to send its whole request
+MAX_ANSWERING = 8  # requests answered at once; a connection past them is closed (its hook works itself)
 CONNECT_TIMEOUT = 1.0  # seconds the hook waits to be accepted before working itself
 ANSWER_TIMEOUT = 600.0  # seconds it waits for the answer (the work may wait for the ledger's write lock)
 _PATH_MAX = 100  # sun_path holds 108 bytes; a longer path is reached through its directory's descriptor
@@ -378,9 +380,20 @@ def peer_uid(conn) -> int:
 
 def read_request(conn) -> dict:
     """The request the hook sent, to the end of its half of the connection: at most
-    ``MAX_REQUEST`` bytes (``ValueError`` otherwise, or when it is not a request)."""
+    ``MAX_REQUEST`` bytes within ``READ_TIMEOUT`` seconds in all, however it trickles in
+    (``TimeoutError``; ``ValueError`` when too long or not a request)."""
+    import time
+
+    deadline = time.monotonic() + READ_TIMEOUT
     chunks, size = [], 0
-    while chunk := conn.recv(65536):
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request too slow")
+        conn.settimeout(left)
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
         chunks.append(chunk)
         size += len(chunk)
         if size > MAX_REQUEST:
