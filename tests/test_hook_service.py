@@ -244,6 +244,15 @@ def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Pa
         assert proc.poll() is None
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for whoever inherited it counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def _parent(pid: str) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -398,9 +407,10 @@ def test_the_hooks_first_look_finds_the_ledger_the_configuration_names(tmp_path:
 def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_the_service(
         tmp_path: Path, make_repo) -> None:
     """A hook run with no flag at all, in a directory whose ``agentledger.toml`` names the
-    ledger and the log by relative paths: the service answers it as resolved there. The
-    warm copy of the command line the service started ends when the service stops, and
-    when the service is killed."""
+    ledger and the log by relative paths: the service answers it as resolved there. A
+    request in flight ends with the warm copy of the command line when that is killed,
+    and the service then leaves no socket to wait on. A warm copy ends when its service
+    stops, and when its service is killed."""
     log, cfg, db = setup(tmp_path, make_repo, 2)
     repo = next(p for p in tmp_path.iterdir() if p.name == "repo")
     work = tmp_path / "work"
@@ -429,7 +439,26 @@ def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_t
         assert here.returncode == 0, here.stderr
         assert json.loads(here.stdout)["sidecar_path"] == str(log / "iter-3.score.yaml")
         assert wait_until(lambda: "close-task hook answered" in daemon_log(tmp_path), 10), daemon_log(tmp_path)
-    assert wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in copies), 10)
+        # a request in flight (a caller that has not finished sending) has a process of its own,
+        # which ends with the warm copy however that ends (here: SIGKILL), not at its READ_TIMEOUT
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.connect(str(db) + ".hook.sock")
+        connected = time.monotonic()
+        assert wait_until(lambda: any(_parent(p) == copies[0] for p in os.listdir("/proc") if p.isdigit()), 10)
+        answering = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(p) == copies[0]]
+        os.kill(copies[0], signal.SIGKILL)
+        assert wait_until(lambda: not any(_alive(p) for p in answering), 10)
+        assert time.monotonic() - connected < hook.READ_TIMEOUT
+        silent.close()
+        # the service saw its warm copy go: no socket left to wait on, the hook works itself
+        assert wait_until(lambda: "close-task hook's server exited" in daemon_log(tmp_path), 10)
+        assert not Path(str(db) + ".hook.sock").exists()
+        (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=1))
+        alone = subprocess.run([sys.executable, "-m", "agentledger", "score", "4", "--json"], cwd=work,
+                               capture_output=True, text=True, timeout=120)
+        assert alone.returncode == 0 and json.loads(alone.stdout)["iteration"] == 4, alone.stderr
+        assert proc.poll() is None
+    assert wait_until(lambda: not any(_alive(p) for p in copies), 10)
     notify = Notify(tmp_path / "second.sock")
     killed = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -441,7 +470,7 @@ def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_t
         copies = [p for p in served_copies() if Path(f"/proc/{p}/stat").read_text().split()[3] == str(killed.pid)]
         killed.send_signal(signal.SIGKILL)
         killed.wait()
-        assert wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in copies), 10)
+        assert wait_until(lambda: not any(_alive(p) for p in copies), 10)
     finally:
         if killed.poll() is None:
             killed.kill()
