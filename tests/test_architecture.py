@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "central": {"config", "paths", "redact", "scoring", "views"},
     "service": {"central", "config", "ledger", "output", "paths", "redact", "store"},
     "example": {"config", "ledger", "sources", "store"},
-    "cli": {"analysis", "central", "config", "ledger", "model", "output", "paths", "redact", "scoring", "service",
+    "cli": {"analysis", "central", "config", "ledger", "model", "output", "paths", "process", "redact", "scoring", "service",
             "sources", "store", "views"},
     "__main__": {"cli", "service"},
     "__init__": set(),

@@ -13,7 +13,7 @@ single-threaded, forked from a process that never opened the ledger: nothing it 
 shared with the next request or with the service.
 
 It ends when the service ends (SIGTERM, or the service's exit seen through a pidfd),
-and each child ends with it (``PR_SET_PDEATHSIG``). Log lines go to the service as JSON
+and each child ends with it (``lifetime.exit_with_parent``: a pidfd of its own). Log lines go to the service as JSON
 lines on stdout; nothing else reaches that pipe.
 """
 
@@ -101,7 +101,6 @@ def serve() -> None:
 
 def _warm() -> None:
     """Import what answering ``score`` imports, once, here rather than in each child."""
-    import ctypes  # noqa: F401 - _die_with_parent
     import sqlite3  # noqa: F401
 
     from .. import ledger  # noqa: F401
@@ -141,20 +140,13 @@ def _say(log_fd: int, level: str, event: str, **fields) -> None:
         pass
 
 
-def _die_with_parent(parent: int) -> None:
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the line above
-        os._exit(1)
-
-
 def _answer(conn: socket.socket, served: frozenset[str], log_fd: int, parent: int) -> None:
     """In the child: read one request, run it as the hook would, send what it printed."""
+    from ..process import lifetime
     from ..service import hook
     from . import main
 
-    _die_with_parent(parent)
+    lifetime.exit_with_parent(parent)  # a pidfd watched by a thread: no ctypes (MemoryDenyWriteExecute)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     conn.setblocking(True)
     try:

@@ -13,6 +13,7 @@ import json
 from ..config import IterationLogSource
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
 from ..sources.git import GitRepo
+from ..sources.trunk_log import range_facts
 from ..store import db as store
 from .context import Context
 from .inputs import iso_ns
@@ -90,7 +91,7 @@ class Planner:
                 if not forward or old is None or tip is None:
                     out |= set(cached.refs)  # first pass, no trunk, or rewritten history
                 else:
-                    shas, subjects, runs = repo.range_facts(old, tip)
+                    shas, subjects, runs = range_facts(repo, old, tip)
                     out |= self._moved_forward(src, repo, cached, shas)
                     out |= cached.on_trunk(shas, subjects, runs)
             if out or spans:

@@ -3,10 +3,11 @@
 The reference runs several git commands per iteration (rev-parse, merge-base,
 two full ``git log master`` passes, show). Here:
 
-* every commit string of a batch is resolved by one ``cat-file --batch-check``;
-* committer times come from one ``log --no-walk --stdin``;
-* the trunk log is streamed lazily, cached per trunk tip: scoring one recent iteration
-  reads only the newest commits, a batch the log once;
+* every commit string of a batch is resolved by one ``cat-file --batch-check``, and
+  committer times come from one ``log --no-walk --stdin`` (a few full SHAs of commits,
+  the close-task hook's, by that one alone);
+* the work-tree check brings the trunk's tip (one ``rev-parse``);
+* the trunk log is streamed lazily, cached per trunk tip (``trunk_log.py``);
 * changed files for many commits come from one ``git show --name-only``.
 
 Git runs with the user's global and system configuration isolated, so its built-in
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 
 from ..errors import AgentledgerError
 from ..scoring.inputs import LandedFacts
+from .trunk_log import TrunkLog
 
 _ENV_OVERRIDES = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -38,7 +40,6 @@ _ENV_OVERRIDES = {
     "LC_ALL": "C",
 }
 ARGS_PER_CALL = 2000  # SHAs on one command line (82 KB), far below ARG_MAX
-_HEX_RUNS = re.compile(r"[0-9a-fA-F]+")
 _HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 FEW = 8  # commit strings that are all full SHAs resolve in one process, not two (``resolve``)
@@ -56,151 +57,6 @@ def _env() -> dict[str, str]:
 class Resolution:
     sha: str = ""  # `raw.strip()^{commit}`, empty when it does not resolve
     commit_time: str | None = None  # ISO UTC of `raw` itself when it names a commit
-
-
-def _equal_fold(a: str, b: str) -> bool:
-    """Go strings.EqualFold (simple case folding), closely enough."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x != y and x.lower() != y.lower() and x.upper() != y.upper():
-            return False
-    return True
-
-
-class TrunkLog:
-    """``git log <trunk>`` read lazily, newest first, cached for one tip.
-
-    Each commit gets an ordinal that grows with age (the newest read so far is
-    ``newest``), so "commits above ``sha``" are those with a smaller ordinal.
-    When the trunk fast-forwards linearly, ``extend`` puts the new commits in
-    front with smaller ordinals instead of reading the whole log again."""
-
-    def __init__(self, repo: GitRepo, tip: str | None):
-        self.repo = repo
-        self.tip = tip
-        self.index: dict[str, int] = {}  # sha -> ordinal
-        self.sha_at: dict[int, str] = {}
-        self.subject_at: dict[int, str] = {}
-        self.revert_prefix: dict[str, int] = {}  # hex run -> newest ordinal whose revert body has it
-        self.by_subject: dict[str, list[int]] = {}  # casefolded subject -> ordinals, newest first
-        self.newest = 0
-        self._next = 0  # ordinal of the next older commit read
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._buf = b""
-        self._eof = tip is None
-
-    def _start(self) -> None:
-        self._proc = subprocess.Popen(
-            [*self.repo.git, "log", self.tip or self.repo.trunk,
-             "--format=%H%x1f%s%x1f%B%x1e"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(),
-        )
-
-    def _read_more(self) -> bool:
-        if self._eof:
-            return False
-        if self._proc is None:
-            self._start()
-        assert self._proc is not None and self._proc.stdout is not None
-        chunk = self._proc.stdout.read1(1 << 16)
-        if not chunk:
-            self._finish()
-            if self._buf.strip():
-                self._add(self._buf, self._take_older())
-            self._buf = b""
-            return True
-        self._buf += chunk
-        *records, self._buf = self._buf.split(b"\x1e")
-        for rec in records:
-            if rec.strip():
-                self._add(rec, self._take_older())
-        return True
-
-    def _take_older(self) -> int:
-        n = self._next
-        self._next += 1
-        return n
-
-    def _add(self, rec: bytes, ordinal: int, *, front: bool = False) -> None:
-        text = rec.decode("utf-8", "replace").strip()
-        sha, _, rest = text.partition("\x1f")
-        subject, _, body = rest.partition("\x1f")
-        if sha in self.index:
-            return
-        self.index[sha] = ordinal
-        self.sha_at[ordinal] = sha
-        self.subject_at[ordinal] = subject.strip()
-        if "revert" in body.lower():
-            for run in {r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40}:
-                if run not in self.revert_prefix or ordinal < self.revert_prefix[run]:
-                    self.revert_prefix[run] = ordinal
-        ords = self.by_subject.setdefault(subject.strip().casefold(), [])
-        if front:
-            ords.insert(0, ordinal)
-        else:
-            ords.append(ordinal)
-
-    def extend(self, new_tip: str, records: list[bytes]) -> None:
-        """The trunk moved from ``self.tip`` to ``new_tip`` by ``records`` (``old..new``,
-        newest first, no merges): they become the newest commits."""
-        for i, rec in enumerate(reversed(records)):  # oldest of the new ones first
-            self._add(rec, self.newest - 1 - i, front=True)
-        self.newest -= len(records)
-        self.tip = new_tip
-
-    def _finish(self) -> None:
-        self._eof = True
-        if self._proc is not None:
-            if self._proc.stdout is not None:
-                self._proc.stdout.close()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                self._proc.kill()
-            self._proc = None
-
-    def close(self) -> None:
-        if self._proc is not None and not self._eof:
-            self._proc.kill()
-            self._proc.wait()  # SIGKILL: at once (a wait with a timeout polls in sleeps)
-            self._finish()
-
-    def read_all(self) -> None:
-        while self._read_more():
-            pass
-
-    def position(self, sha: str) -> int | None:
-        while sha not in self.index:
-            if not self._read_more():
-                return None
-        return self.index[sha]
-
-    @property
-    def shas(self) -> dict[int, str]:
-        return self.sha_at
-
-    def first_revert(self, sha: str, stop: int) -> str:
-        """Newest commit above ordinal ``stop`` whose body reverts ``sha`` (spec §4.1 step 5).
-
-        A body reverts ``sha`` when it says "revert" and one of its hex runs
-        (7–40 digits) is a prefix of ``sha``: look each prefix of ``sha`` up."""
-        best = stop
-        for length in range(7, min(40, len(sha)) + 1):
-            i = self.revert_prefix.get(sha[:length])
-            if i is not None and i < best:
-                best = i
-        return self.sha_at[best] if best < stop else ""
-
-    def subject_match(self, summary: str) -> int | None:
-        """Newest commit whose trimmed subject equals ``summary`` (Go EqualFold)."""
-        key = summary.casefold()
-        while True:
-            for i in self.by_subject.get(key, ()):
-                if _equal_fold(self.subject_at[i], summary):
-                    return i
-            if not self._read_more():
-                return None
 
 
 # settings a repository's own config could point at a program, overridden for every command
@@ -229,6 +85,10 @@ class GitRepo:
         self._view: dict[str, str | None] | None = None  # see one_view
 
     # -- plumbing -----------------------------------------------------------
+    def stream(self, *args: str) -> subprocess.Popen[bytes]:
+        """``git ARGS``, its output read as it comes (``TrunkLog``)."""
+        return subprocess.Popen([*self.git, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env())
+
     def _run(self, *args: str, input: bytes | None = None, check: bool = False) -> subprocess.CompletedProcess[bytes]:
         proc = subprocess.run([*self.git, *args], input=input,
                               capture_output=True, env=_env())
@@ -443,23 +303,6 @@ class GitRepo:
 
     def is_ancestor(self, old: str, new: str) -> bool:
         return self._run("merge-base", "--is-ancestor", old, new).returncode == 0
-
-    def range_facts(self, old: str, new: str) -> tuple[set[str], set[str], set[str]]:
-        """Commits in ``old..new``: their SHAs, case-folded subjects, and the hex runs
-        of those whose body says revert (what can change a record's ``landed``)."""
-        proc = self._run("log", f"{old}..{new}", "--format=%H%x1f%s%x1f%B%x1e")
-        shas, subjects, runs = set(), set(), set()
-        for rec in proc.stdout.decode("utf-8", "replace").split("\x1e"):
-            rec = rec.strip()
-            if not rec:
-                continue
-            sha, _, rest = rec.partition("\x1f")
-            subject, _, body = rest.partition("\x1f")
-            shas.add(sha)
-            subjects.add(subject.strip().casefold())
-            if "revert" in body.lower():
-                runs |= {r.lower() for r in _HEX_RUNS.findall(body) if 7 <= len(r) <= 40}
-        return shas, subjects, runs
 
     # -- changed files (§4.5 step 4) ---------------------------------------------
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
