@@ -93,14 +93,11 @@ class Ledger:
     def state(self, key: str) -> str | None:
         return self.ctx.state(key)
 
-    def close(self, *, workers: bool = True) -> None:
-        """``workers=False``: leave the process's worker pool up (a ledger that shares
-        the process with another one still working: the service's hook answers)."""
+    def close(self) -> None:
         self.sidecars.close()
         for repo in self.ctx.repos.values():
             repo.close()
-        if workers:
-            shutdown_workers()
+        shutdown_workers()
         store.optimize(self.ctx.conn)
         self.ctx.conn.close()
 

@@ -123,10 +123,12 @@ class IterationLogs:
         log_kinds, art_kinds = set(S.LOG_KINDS), {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
         cur = self.ctx.conn.cursor()
         cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
-        for kind, path, dev, ino, size, mtime, digest in cur.execute(
-                "SELECT kind, path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?",
+        # read in table order, not the (source, path) index's (a look-up in the table a row),
+        # and "read whole and fine" said by SQLite: no hash string made a row (36 -> 23 ms)
+        for kind, path, dev, ino, size, mtime, ok in cur.execute(
+                "SELECT kind, path, dev, ino, size, mtime_ns, coalesce(content_hash, '') <> ''"
+                " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?",
                 (src.id,)):
-            ok = digest and not digest.startswith("error:")
             if kind in log_kinds:
                 paths.append(path)
                 if ok:
