@@ -102,28 +102,30 @@ class SidecarSync:
                 return report
             filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
             args += list(iterations)
-        # never from a score that came in by import and was not scored here (scoring_pass)
+        # never from a score that came in by import and was not scored here (scoring_pass);
+        # with what ``sidecar_seen`` recorded of each file, joined here
+        seen = Seen(conn, src.path)
         cur = conn.cursor()
         cur.row_factory = None  # plain tuples: every score of the source on a full sync
         rows = cur.execute(
-            "SELECT s.iteration, s.sidecar, s.sidecar_sha256, s.seq FROM scores s"
-            " WHERE s.source = ? AND s.rubric_version = ?"
-            " AND s.seq NOT IN (SELECT seq FROM imported_scores)" + filt, args)
-        seen = Seen(conn, src.path, every=iterations is None)
+            "SELECT s.iteration, s.sidecar, s.sidecar_sha256, s.seq, " + Seen.RECORDED + " FROM scores s"
+            " LEFT JOIN sidecar_seen k ON k.path = ? || s.sidecar WHERE s.source = ? AND s.rubric_version = ?"
+            " AND s.seq NOT IN (SELECT seq FROM imported_scores)" + filt, [seen.prefix, *args])
         stale = []
         problems = self._problems()
-        for iteration, name, sha, _ in rows:
+        for iteration, name, sha, seq, *recorded in rows:
             if iteration in skip_iterations:  # just written (or tried) by the caller
                 continue
             path = seen.path(name)
-            if not seen.holds(path, sha):
-                stale.append((name, _))
+            if not seen.holds(path, sha, recorded):
+                stale.append((name, seq))
             elif path in problems:  # fixed by hand meanwhile
                 self._solved(path)
         self._write_scores(seen.prefix, stale, report)
-        sql = ("SELECT session_id, sidecar, sidecar_sha256 FROM sessions WHERE source = ? AND rubric_version = ?"
+        sql = ("SELECT session_id, sidecar, sidecar_sha256, " + Seen.RECORDED + " FROM sessions s"
+               " LEFT JOIN sidecar_seen k ON k.path = ? || s.sidecar WHERE source = ? AND rubric_version = ?"
                " AND sidecar IS NOT NULL")
-        sargs: list = [src.id, version]
+        sargs: list = [seen.prefix, src.id, version]
         if conn.execute("SELECT 1 FROM imported_scores LIMIT 1").fetchone():  # (a scan of the scores: only then)
             sql += (" AND session_id NOT IN (SELECT i.session_id FROM imported_scores u JOIN scores s ON s.seq = u.seq"
                     " JOIN iterations i ON i.source = s.source AND i.iteration = s.iteration"
@@ -134,7 +136,7 @@ class SidecarSync:
                     % ",".join("?" * len(iterations)))
             sargs += [src.id, *iterations]
         stale = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
-                 and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"])]
+                 and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
         with self._writing(len(stale), report, "sessions_written") as write:
             for r in stale:
@@ -285,19 +287,13 @@ class Seen:
     sidecar whose stat is unchanged since it was read and found right is not read again,
     so a full sync of 10,000 unchanged sidecars is 10,000 stats, not 10,000 reads."""
 
-    def __init__(self, conn: sqlite3.Connection, directory: Path, *, every: bool) -> None:
-        """``every``: the whole directory will be asked about (one query for all its
-        rows); else a few sidecars (the close-task hook's): one look-up each."""
+    # what a query that LEFT JOINs ``sidecar_seen k`` on a sidecar's path selects for
+    # ``holds``: the stat recorded, and whether the bytes recorded are the ones wanted
+    RECORDED = "k.dev, k.ino, k.size, k.mtime_ns, k.sha256 = sidecar_sha256"
+
+    def __init__(self, conn: sqlite3.Connection, directory: Path) -> None:
         self.conn = conn
-        self.prefix = prefix = f"{directory}{os.sep}"
-        self.every = every
-        self.known: dict[str, tuple] = {}
-        if every:
-            cur = conn.cursor()
-            cur.row_factory = None  # plain tuples, sliced: 10,000 rows at 10,000 iterations
-            self.known = {r[0]: r[1:] for r in cur.execute(
-                "SELECT path, dev, ino, size, mtime_ns, sha256 FROM sidecar_seen WHERE path >= ? AND path < ?",
-                (prefix, prefix[:-1] + chr(ord(os.sep) + 1)))}
+        self.prefix = f"{directory}{os.sep}"
         self.fresh: list[tuple] = []
 
     def path(self, name: str) -> str:
@@ -305,17 +301,16 @@ class Seen:
         than the stats)."""
         return self.prefix + name
 
-    def holds(self, path: str, sha: str) -> bool:
-        """Whether the file at ``path`` has the bytes whose sha256 is ``sha``."""
+    def holds(self, path: str, sha: str, recorded) -> bool:
+        """Whether the file at ``path`` has the bytes whose sha256 is ``sha``; ``recorded``:
+        the ``RECORDED`` columns of its row (NULLs: nothing recorded)."""
         try:
             st = os.stat(path)
         except OSError:
             return False
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        known = self.known.get(path) if self.every else self.conn.execute(
-            "SELECT dev, ino, size, mtime_ns, sha256 FROM sidecar_seen WHERE path = ?", (path,)).fetchone()
-        if known is not None and tuple(known[:4]) == key:
-            return known[4] == sha  # unchanged since it was read or written: no need to read it
+        if recorded[0] is not None and tuple(recorded[:4]) == key:
+            return bool(recorded[4])  # unchanged since it was read or written: no need to read it
         if disk_sha(path) != sha:
             return False
         self.fresh.append((path, *key, sha))
