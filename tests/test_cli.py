@@ -397,3 +397,18 @@ def test_each_command_line_builds_the_parser_of_its_own_command() -> None:
         assert alone._subparsers._group_actions[0].choices[name].format_help() == sub.choices[name].format_help()
     argv = ["ingest", "--once", "--db", "x.sqlite", "--iteration-log", "l", "--repo", "r", "--json"]
     assert vars(cli.build_parser("ingest", "ingest").parse_args(argv)) == vars(whole.parse_args(argv))
+
+
+def test_a_command_logs_its_warnings_in_its_own_words_and_quiet_keeps_them_back(tmp_path: Path, empty_repo) -> None:
+    """What the ledger logs at warning level reaches stderr as `agentledger: WARNING: …`,
+    and `-q` keeps it back (errors only): the command line sets logging up for every
+    command but the close-task hook that a service may answer."""
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "iter-1.yaml").write_text("iteration: [unclosed\n")
+    args = ["ingest", "--iteration-log", str(log), "--repo", str(empty_repo.path)]
+    loud = cli_subprocess(*args, "--db", str(tmp_path / "a.sqlite"))
+    assert loud.returncode == 0, loud.stderr
+    assert any(line.startswith("agentledger: WARNING: quarantined") for line in loud.stderr.splitlines()), loud.stderr
+    quiet = cli_subprocess(*args, "--db", str(tmp_path / "b.sqlite"), "-q")
+    assert quiet.returncode == 0 and "quarantined" not in quiet.stderr, quiet.stderr

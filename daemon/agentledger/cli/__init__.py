@@ -98,10 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(group, argv[0]) if group else build_parser()
     args = parser.parse_args(argv)
     args.argv = argv  # the command line as given (the close-task hook hands it to a running service)
-    from ..service import hook
+    from ..service import hook as served
 
-    if hook.SERVING is not None and args.command != "score":  # a process answering for the service runs
-        raise hook.NotServed  # the close-task hook's command, nothing else (cli/served.py)
+    if served.SERVING is not None and args.command != "score":  # a process answering for the service runs
+        raise served.NotServed  # the close-task hook's command, nothing else (cli/served.py)
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
