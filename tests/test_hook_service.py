@@ -377,7 +377,7 @@ def test_the_hooks_first_look_finds_the_ledger_the_configuration_names(tmp_path:
     cases = [["score", "1"], ["score", "1", "--db", "rel.sqlite"], ["--db=~/tilde.sqlite", "score", "2", "-q"],
              ["--config", str(tmp_path / "etc" / "named.toml"), "score", "3", "--json"],
              ["--config", str(tmp_path / "etc" / "named.toml"), "score", "3", "--db", "last.sqlite"],
-             ["score", "--source", "x", "4", "--in-process", "--rubric=3.0.0"]]
+             ["score", "--source", "x", "4", "--rubric=3.0.0"]]
     for argv in cases:
         guess, real = both(argv)
         assert guess == real, argv
@@ -392,7 +392,8 @@ def test_the_hooks_first_look_finds_the_ledger_the_configuration_names(tmp_path:
     (cwd / "agentledger.toml").write_text('[store]\npath = "here.sqlite"\n')  # the directory's wins
     assert both(["score", "1"])[0] == str(cwd / "here.sqlite") == both(["score", "1"])[1]
     for unsure in (["score"], ["score", "1", "2"], ["status"], ["score", "1", "--he"], ["score", "--help"],
-                   ["score", "1", "--db"], ["score", "-1"], ["--version"], ["score", "1", "--json=yes"]):
+                   ["score", "1", "--db"], ["score", "-1"], ["--version"], ["score", "1", "--json=yes"],
+                   ["score", "1", "--in-process"]):  # (that one works itself: nothing to look for)
         assert hook.store_of(unsure, os.environ) is None, unsure
     (cwd / "agentledger.toml").write_text("not toml [")
     assert hook.store_of(["score", "1"], os.environ) is None  # the parser's to report

@@ -118,6 +118,8 @@ def store_of(argv: list[str], env) -> str | None:
     while i < len(argv):
         a = argv[i]
         name, eq, value = a.partition("=")
+        if a == "--in-process":
+            return None  # the hook works itself: no service to look for
         if a in _FLAGS:
             i += 1
             continue
