@@ -70,6 +70,9 @@ class Detector:
     _down_run: list[list] = field(default_factory=list)
     _lo: float | None = None  # the warm-up's smallest and largest values (for binary=None)
     _hi: float | None = None
+    # the binary charts' log-likelihood ratios and the (mean, count) they were made for
+    _logs: list = field(default_factory=list, repr=False, compare=False)
+    _logs_for: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self._up:
@@ -120,16 +123,25 @@ class Detector:
         if not self.binary:
             z = min(max((x - self._mean) / self.sd, -CLIP), CLIP)
             return [(z - k, -z - k, h) for k, h in CHARTS]
-        n = self._ref_n
-        p0 = min(max(self._mean, 0.5 / n), 1 - 0.5 / n)  # never certain: a first failure is news, not infinity
-        sd = math.sqrt(p0 * (1 - p0))
         x = min(max(x, 0.0), 1.0)
-        out = []
-        for shift in BINARY_SHIFTS:
-            up, down = min(p0 + shift * sd, 0.999), max(p0 - shift * sd, 0.001)
-            out.append((x * math.log(up / p0) + (1 - x) * math.log((1 - up) / (1 - p0)),
-                        x * math.log(down / p0) + (1 - x) * math.log((1 - down) / (1 - p0)), BINARY_H))
-        return out
+        return [(x * a + (1 - x) * b, x * c + (1 - x) * d, BINARY_H) for a, b, c, d in self._binary_logs()]
+
+    def _binary_logs(self) -> list[tuple[float, float, float, float]]:
+        """For each shift, the four log-likelihood ratios a pass/fail point adds (up if it
+        passes, up if it fails, down if it passes, down if it fails): they change only when
+        the reference does, so they are kept for the reference they were made for."""
+        key = (self._mean, self._ref_n)
+        if self._logs_for != key:
+            n = self._ref_n
+            p0 = min(max(self._mean, 0.5 / n), 1 - 0.5 / n)  # never certain: a first failure is news, not infinity
+            sd = math.sqrt(p0 * (1 - p0))
+            logs = []
+            for shift in BINARY_SHIFTS:
+                up, down = min(p0 + shift * sd, 0.999), max(p0 - shift * sd, 0.001)
+                logs.append((math.log(up / p0), math.log((1 - up) / (1 - p0)),
+                             math.log(down / p0), math.log((1 - down) / (1 - p0))))
+            self._logs, self._logs_for = logs, key
+        return self._logs
 
     def add(self, x: float, label: Any = None) -> Detection | None:
         """Feed one point (``label``: how the caller names it, JSON-able, handed back as
@@ -137,12 +149,14 @@ class Detector:
         noticed at it."""
         i = self._n
         self._n += 1
-        for run in (*self._up_run, *self._down_run):
-            if not run[2]:
-                run[1] = label
-            run[2] += 1
-            run[3] += x
-            run[4] += x * x
+        xx = x * x
+        for runs in (self._up_run, self._down_run):
+            for run in runs:
+                if not run[2]:
+                    run[1] = label
+                run[2] += 1
+                run[3] += x
+                run[4] += xx
         if self._ref_n < WARMUP:
             self._learn(x)
             if self.binary is None:
@@ -152,15 +166,18 @@ class Detector:
                     self._decide()
             return None
         hit = None
+        ups, downs = self._up, self._down
         for c, (up, down, h) in enumerate(self._steps(x)):
-            self._up[c] = max(0.0, self._up[c] + up)
-            self._down[c] = max(0.0, self._down[c] + down)
-            for value, run in ((self._up[c], self._up_run[c]), (self._down[c], self._down_run[c])):
-                if value == 0.0:
-                    run[:] = [i, None, 0, 0.0, 0.0]
-            if hit is None and self._up[c] > h:
+            u, d = ups[c] + up, downs[c] + down
+            u = ups[c] = u if u > 0.0 else 0.0  # max(0.0, u), NaN and -0.0 included
+            d = downs[c] = d if d > 0.0 else 0.0
+            if u == 0.0:
+                self._up_run[c][:] = [i, None, 0, 0.0, 0.0]
+            if d == 0.0:
+                self._down_run[c][:] = [i, None, 0, 0.0, 0.0]
+            if hit is None and u > h:
                 hit = ("up", self._up_run[c])
-            elif hit is None and self._down[c] > h:
+            elif hit is None and d > h:
                 hit = ("down", self._down_run[c])
         if hit is None:
             if self._ref_n < REFERENCE:
