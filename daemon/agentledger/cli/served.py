@@ -48,16 +48,16 @@ def serve() -> None:
         watch = None
     children: set[int] = set()
     stop = []
+    wake, woken = os.pipe()  # a signal wakes the select below at once (it would go on waiting)
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     gc.freeze()  # what was imported stays shared with the children, untouched by their collections
     while not stop:
-        try:
-            ready = select.select([listener] + ([watch] if watch is not None else []), [], [], 1.0)[0]
-        except InterruptedError:
-            continue
+        ready = select.select([listener, wake] + ([watch] if watch is not None else []), [], [], 1.0)[0]
         _reap(children)
-        if watch is not None and watch in ready or watch is None and os.getppid() != parent:
-            break  # the service is gone
+        if stop or watch is not None and watch in ready or watch is None and os.getppid() != parent:
+            break  # stopped, or the service is gone
         if listener not in ready:
             continue
         try:
@@ -80,6 +80,9 @@ def serve() -> None:
         if pid == 0:
             code = 1
             try:
+                signal.set_wakeup_fd(-1)
+                for fd in (wake, woken):
+                    os.close(fd)
                 listener.close()
                 _answer(conn, served, log_fd, me)
                 code = 0
