@@ -234,7 +234,7 @@ def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Pa
                 c.connect(sock)
             assert wait_until(lambda: "too many at once" in daemon_log(tmp_path), 10), daemon_log(tmp_path)
             zygote = next(p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == proc.pid
-                          and b"agentledger.cli.served" in Path(f"/proc/{p}/cmdline").read_bytes())
+                          and b"agentledger.cli.served" in _cmdline(p))
             assert sum(_parent(p) == int(zygote) for p in os.listdir("/proc") if p.isdigit()) <= hook.MAX_ANSWERING
             crowded = score(cfg, 2, "--json")  # answered or done itself: the same either way
             assert crowded.returncode == 0 and json.loads(crowded.stdout)["iteration"] == 2, crowded.stderr
@@ -242,6 +242,13 @@ def test_the_service_answers_nothing_else_and_the_hook_works_itself(tmp_path: Pa
             for c in flood:
                 c.close()
         assert proc.poll() is None
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it ended meanwhile
+        return b""
 
 
 def _alive(pid: int) -> bool:
@@ -432,7 +439,7 @@ def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_t
 
     with running(tmp_path, cfg) as (proc, notify):
         notify.wait_for("READY=1", 60)
-        copies = [p for p in served_copies() if Path(f"/proc/{p}/stat").read_text().split()[3] == str(proc.pid)]
+        copies = [p for p in served_copies() if _parent(str(p)) == proc.pid]
         assert len(copies) == 1
         (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=2))
         here = subprocess.run([sys.executable, "-m", "agentledger", "score", "3", "--json"], cwd=work,
@@ -466,9 +473,9 @@ def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_t
                               env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
     try:
         notify.wait_for("READY=1", 60)
-        assert wait_until(lambda: any(Path(f"/proc/{p}/stat").read_text().split()[3] == str(killed.pid)
+        assert wait_until(lambda: any(_parent(str(p)) == killed.pid
                                       for p in served_copies()), 10)
-        copies = [p for p in served_copies() if Path(f"/proc/{p}/stat").read_text().split()[3] == str(killed.pid)]
+        copies = [p for p in served_copies() if _parent(str(p)) == killed.pid]
         killed.send_signal(signal.SIGKILL)
         killed.wait()
         assert wait_until(lambda: not any(_alive(p) for p in copies), 10)
