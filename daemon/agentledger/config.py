@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from . import paths
 from .paths import default_store_path
 from .redact import redact_url, strip_password
 
@@ -291,25 +292,15 @@ def _check_environment(env: dict[str, str]) -> None:
         raise ConfigError(f"unknown environment variable ${unknown[0]}{hint}")
 
 
-SYSTEM_CONFIG = Path("/etc/agentledger/agentledger.toml")
-
-
 def config_candidates() -> list[Path]:
-    """Where a configuration file is looked for when none is named, in order: the
-    current directory, the user's ($XDG_CONFIG_HOME), the system's."""
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return [Path("agentledger.toml"), Path(xdg) / "agentledger" / "agentledger.toml", SYSTEM_CONFIG]
+    """``paths.config_candidates`` (where a configuration file is looked for), as paths."""
+    return [Path(p) for p in paths.config_candidates()]
 
 
 def find_config_file(explicit: str | None) -> Path | None:
-    """``--config``, then ``$AGENTLEDGER_CONFIG``, then the first of ``config_candidates``
-    that exists; None: built-in defaults."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("AGENTLEDGER_CONFIG")
-    if env:
-        return Path(env)
-    return next((p for p in config_candidates() if p.is_file()), None)
+    """``paths.config_file``: the configuration file in force, or None (built-in defaults)."""
+    found = paths.config_file(explicit)
+    return Path(found) if found else None
 
 
 def find_dot_agents_log(start: Path | None = None) -> tuple[Path, Path] | None:

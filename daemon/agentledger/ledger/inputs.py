@@ -96,9 +96,11 @@ class Inputs:
                       + [resolve_artifact_path(rec.decision_artifact)] if p}
         arts, tasks = self._artifacts(src, wanted)
         batch = len(records) > 8
-        # for a part of the log, where its windows start (``_previous_ends``) is resolved in the same batch
-        before = [r[1] for r in self._below(src, _chain_starts(records))] if iterations is not None else []
-        resolutions = repo.resolve([r.commit for r in records.values()] + before)
+        # for a part of the log, the iteration below each place its chain of windows restarts
+        # (``_previous_ends``), read once and resolved in the same batch
+        chain = _chain_starts(records) if iterations is not None else None
+        below = self._below(src, chain) if chain else []
+        resolutions = repo.resolve([r.commit for r in records.values()] + [c for _, c in below])
 
         def artifact(raw: str, kind: str) -> Artifact | None:
             rel = resolve_artifact_path(raw)
@@ -116,7 +118,7 @@ class Inputs:
 
         trunk = repo.trunk_log()
         windows = self._windows(src, repo, {it: r.commit for it, r in records.items()}, resolutions,
-                                partial_log=iterations is not None)
+                                chain=chain, below=below)
         sums = self._fact_sums(src)
         partial = []
         for it, rec in records.items():
@@ -167,18 +169,20 @@ class Inputs:
         return arts, tasks
 
     # -- transcript windows (spec §4.7) ----------------------------------------------------
-    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, str],
-                 resolutions: dict, *, partial_log: bool) -> dict[int, tuple[int | None, int]]:
+    def _windows(self, src: IterationLogSource, repo: GitRepo, records: dict[int, str], resolutions: dict, *,
+                 chain: list[int] | None, below: list[tuple[int, str]]) -> dict[int, tuple[int | None, int]]:
         """(start, end] in UTC ns for each record whose commit time resolves.
 
         Windows chain in ascending iteration order over the whole log; unresolved
         records get none and do not move the chain. For a subset of iterations
-        (``score N``) the chain starts at the nearest lower iteration that resolves."""
+        (``score N``) the chain starts at the nearest lower iteration that resolves:
+        ``chain`` (None: the whole log) is where it restarts (the first iteration, and
+        after each gap), ``below`` the iteration and commit just below each of those."""
         ends = {it: iso_ns(resolutions[commit].commit_time) for it, commit in records.items()}
         order = sorted(records)
         starts = {}
-        if partial_log:  # where the chain restarts: the first iteration, and after each gap
-            starts = self._previous_ends(src, repo, _chain_starts(records))
+        if chain is not None:
+            starts = self._previous_ends(src, repo, chain, below)
         out: dict[int, tuple[int | None, int]] = {}
         prev = None
         for it in order:
@@ -191,10 +195,10 @@ class Inputs:
             prev = end
         return out
 
-    def _previous_ends(self, src: IterationLogSource, repo: GitRepo, iterations: list[int]) -> dict[int, int | None]:
+    def _previous_ends(self, src: IterationLogSource, repo: GitRepo, iterations: list[int],
+                       rows: list[tuple[int, str]]) -> dict[int, int | None]:
         """Where each iteration's window starts when its predecessors are not being
-        scored with it. Usually the iteration just below resolves: one query for all."""
-        rows = self._below(src, iterations)
+        scored with it. Usually the iteration just below (``rows``) resolves."""
         res = repo.resolve([r[1] for r in rows])
         below = {it: iso_ns(res[c].commit_time) for it, c in rows}
         return {it: below[it - 1] if below.get(it - 1) is not None else self._previous_end(src, repo, it)

@@ -47,6 +47,8 @@ import os
 import stat
 import struct
 
+from .. import paths
+
 PROTOCOL = 2
 MAGIC = b"agentledger-hook"  # a request's first field
 MAX_REQUEST = 1 << 20  # bytes: a request is a command line, a directory and an environment
@@ -145,11 +147,7 @@ def store_of(argv: list[str], env) -> str | None:
         return os.path.expanduser(opts["--db"])
     if env.get("AGENTLEDGER_STORE_PATH"):
         return os.path.expanduser(env["AGENTLEDGER_STORE_PATH"])
-    path = opts.get("--config") or env.get("AGENTLEDGER_CONFIG")
-    if not path:
-        xdg = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-        path = next((p for p in ("agentledger.toml", os.path.join(xdg, "agentledger", "agentledger.toml"),
-                                 "/etc/agentledger/agentledger.toml") if os.path.isfile(p)), None)
+    path = paths.config_file(opts.get("--config"), env)
     if path:
         import tomllib
 
@@ -163,8 +161,7 @@ def store_of(argv: list[str], env) -> str | None:
             if not isinstance(raw, str) or not raw:
                 return None
             return os.path.join(os.path.dirname(os.path.realpath(path)), os.path.expanduser(raw))
-    state = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(state, "agentledger", "ledger.sqlite")
+    return paths.default_store(env)
 
 
 def ask(store: str | os.PathLike, argv: list[str]) -> tuple[int, str, str] | None:
@@ -258,13 +255,13 @@ def decode_answer(data: bytes) -> tuple[int, str, str] | None:
 
 
 # -- the service's half ------------------------------------------------------------------------
-def request_problem(request: object) -> str | None:
+def request_problem(request: dict) -> str | None:
     """Why a request is not one the service answers (None: it may be, once resolved)."""
     from .. import __version__
 
-    if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
-        return "not a request of this protocol"  # (decode_request made it: the types are right)
-    if request.get("version") != __version__:
+    if request["protocol"] != PROTOCOL:  # (decode_request made it: the types are right)
+        return "not a request of this protocol"
+    if request["version"] != __version__:
         return "another version of agentledger"
     if "score" not in request["argv"]:
         return "not a score command line"
@@ -307,10 +304,7 @@ class HookServer:
         old = os.umask(0o177)  # 0600 from the start: no moment when others could connect
         dfd = sock = None
         try:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            self._unlink()
             address, dfd = _address(self.path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             sock.bind(address)
