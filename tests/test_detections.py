@@ -102,6 +102,25 @@ def test_fed_once_in_any_order_of_processes_and_rebuilt_from_events(regressed, t
     assert run_cli("ingest", *args)[0] == 0 and detections(db) == before  # nothing new: nothing fed twice
 
 
+def test_a_bulk_pass_feeds_the_detectors_as_its_batches_commit(regressed, tmp_path, monkeypatch) -> None:
+    """A scoring pass of many batches runs the detectors after each one: the regression
+    is recorded before the pass's last scores, and it is what one feed at the end found
+    (the whole ingest of the fixture is one batch), with the same saved states."""
+    from agentledger.ledger import scoring_pass
+
+    gen, args, whole, _, _ = regressed
+    monkeypatch.setattr(scoring_pass, "BATCH", 50)
+    db = tmp_path / "l.sqlite"
+    assert run_cli("ingest", *args, "--db", str(db))[0] == 0
+    assert detections(db) == detections(whole)
+    states = "SELECT feed, position, state FROM detector_checkpoints ORDER BY feed"
+    assert query(db, states) == query(whole, states)
+    last_score = "SELECT max(seq) FROM events WHERE type = 'score.computed'"
+    first_found = "SELECT min(seq) FROM events WHERE type = 'regression.detected'"
+    assert query(db, first_found)[0][0] < query(db, last_score)[0][0]  # noticed while the pass went on
+    assert query(whole, first_found)[0][0] > query(whole, last_score)[0][0]
+
+
 def test_a_trial_stream_regression_is_found_per_eval_with_the_model_that_changed(tmp_path) -> None:
     results = tmp_path / "vally" / "run-1"
     results.mkdir(parents=True)

@@ -484,3 +484,33 @@ def test_the_hook_is_answered_in_its_own_directory_and_the_warm_copy_ends_with_t
             killed.kill()
             killed.wait()
         notify.close()
+
+
+WARM_THEN_SCORE = r"""
+import json, sys
+from agentledger.cli import served
+from agentledger.service import hook  # what the warm copy itself imports before it warms
+served._warm()
+before = set(sys.modules)
+from agentledger.cli import main
+code = main(sys.argv[1:])
+print("\n" + json.dumps({"code": code, "new": sorted(m for m in set(sys.modules) - before if m.startswith("agentledger"))}))
+"""
+
+
+def test_the_warm_copy_imports_everything_an_answer_imports(tmp_path: Path) -> None:
+    """Each answering process is forked from the warm copy: a module the `score` path
+    imports that the warm copy did not is imported again in every answer (a few ms a
+    close, silently). A new iteration scored after `_warm()` must import nothing of ours."""
+    from agentledger.example import synth
+
+    gen = synth.generate(tmp_path / "gen", 12, seed=4)
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(tmp_path / "l.sqlite")]
+    assert subprocess.run([sys.executable, "-m", "agentledger", "ingest", *args, "-q"]).returncode == 0
+    synth.add_iteration(gen, 13)
+    proc = subprocess.run([sys.executable, "-c", WARM_THEN_SCORE, "score", "13", *args, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["code"] == 0 and said["new"] == [], said
+    assert (gen.log / "iter-13.score.yaml").is_file()

@@ -9,16 +9,10 @@ reads them back. Keeping one shape for all three is what lets ``rebuild`` and
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def is_int64(value: Any) -> bool:
-    """An exact integer a 64-bit column (SQLite, Go's int64) can hold; bools are not."""
-    return type(value) is int and INT64_MIN <= value <= INT64_MAX
+from .jsonnum import INT64_MAX, INT64_MIN, decode_float, encode_float, is_int64  # noqa: F401 - model's names too
 
 Tri = bool | None  # the reference's OptionalBool: unset / false / true
 
@@ -136,24 +130,7 @@ class Record:
         return from_jsonable(cls, data)
 
 
-# -- JSON round trip ----------------------------------------------------------
-# Floats that JSON cannot hold (NaN, ±Inf can come from `.nan` in a YAML file)
-# are stored as tagged strings so event payloads stay valid JSON (json_valid).
-_NONFINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
-
-
-def encode_float(x: float) -> float | str:
-    if math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("+Inf" if x > 0 else "-Inf")
-
-
-def decode_float(x: float | int | str) -> float:
-    if isinstance(x, str):
-        return _NONFINITE[x]
-    return float(x)
-
-
+# -- JSON round trip (floats JSON cannot hold: jsonnum.py) ---------------------
 _SCALARS = (str, int, bool, type(None))
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 

@@ -178,7 +178,7 @@ def _not_written(ledger, report, path) -> str | None:
 
 def _print_breakdown(r: dict, say) -> None:
     """The breakdown for people, a line at a time to ``say``."""
-    from ..model import decode_float
+    from ..jsonnum import decode_float
 
     value = "unscored" if not r["scored"] else f"{decode_float(r['score_value'] if r['score_value'] is not None else 'NaN'):.4f}"
     say(f"iter-{r['iteration']}: {value} {r['score_band']}  (rubric {r['rubric_version']})")

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..config import IterationLogSource
-from ..model import Artifact, HookOutcomes, Labels, Record, from_jsonable
-from ..scoring.inputs import ScoringInputs, TranscriptTotals, digests_of
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from ..sources.git import GitRepo
 from .context import Context
 from .outcome import SourceError
 from .windows import FactSums
+
+if TYPE_CHECKING:  # the data model: imported by a pass that gathers (gathered.py)
+    from ..model import Artifact
+    from .gathered import Gathered
 
 
 def iso_ns(iso: str | None) -> int | None:
@@ -41,25 +43,6 @@ class _Fields:
         self.decision_artifact = (d.get("review") or {}).get("decision_artifact", "")
 
 
-@dataclass(frozen=True)
-class Gathered:
-    """One iteration's scoring inputs as gathered: every fact (``ScoringInputs.facts``),
-    and the record as its stored JSON text. The record is decoded only where the
-    iteration is scored, and only once its inputs hash shows it changed: a pass of
-    10,000 iterations neither decodes nor ships 10,000 records from its main process."""
-
-    iteration: int
-    record_json: str
-    facts: dict
-    window: tuple[int | None, int] | None  # the transcript window its tokens were summed over
-
-    def digests(self, rubric_version: str, marker: bool) -> tuple[str, str]:
-        return digests_of(rubric_version, marker, self.record_json, self.facts)
-
-    def inputs(self) -> ScoringInputs:
-        return ScoringInputs(record=Record.from_json(json.loads(self.record_json)), **self.facts)
-
-
 _PLANS = ".agents/workflow/plans/"  # where every TASKS.yaml artifact is (files.tasks_candidates)
 
 
@@ -79,6 +62,10 @@ class Inputs:
 
     def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[Gathered]:
         """Scoring inputs of each iteration, its record still as its stored JSON text."""
+        from ..model import HookOutcomes, Labels
+        from ..scoring.facts import TranscriptTotals
+        from .gathered import Gathered
+
         texts = self.effective_json(src, iterations)
         if not texts:
             return []
@@ -142,6 +129,8 @@ class Inputs:
         return out
 
     def _side(self, table: str, src: IterationLogSource, iterations: Iterable[int], cls: type) -> dict[int, object]:
+        from ..model import from_jsonable
+
         its = list(iterations)
         if not its:
             return {}
@@ -152,6 +141,8 @@ class Inputs:
 
     def _artifacts(self, src: IterationLogSource, paths: set[str] | None) -> tuple[dict[str, Artifact], list[Artifact]]:
         """Artifacts at ``paths`` (all when None) and every plan's TASKS.yaml, in path order."""
+        from ..model import Artifact, from_jsonable
+
         if paths is None:
             sql, args = "SELECT path, artifact FROM artifacts WHERE source = ?", [src.id]
         else:  # two look-ups by path: "kind = tasks OR path IN …" scanned every artifact (14 ms at 100,000)

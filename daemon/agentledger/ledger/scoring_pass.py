@@ -10,13 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..config import IterationLogSource
-from ..model import encode_float
 from ..output import sidecars
 from ..process.parallel import pmap
-from ..scoring import rubric as rubrics
-from ..scoring.combine import Score, score
-from ..store.events import Event, canonical_json, content_hash
-from ..store.projections import render_score_payload
+from ..store.events import Event
 from .context import Context
 from .inputs import Inputs
 from .outcome import BATCH, Outcome, Progress
@@ -30,9 +26,11 @@ class ScoringPass:
         self.sync = sync
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
-              progress: Progress | None = None, finish: Callable[[], None] | None = None) -> Outcome:
+              progress: Progress | None = None, finish: Callable[[], None] | None = None,
+              between: Callable[[], Outcome] | None = None) -> Outcome:
         """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
-        the pass's last transaction (its own one when nothing needed a new score)."""
+        the pass's last transaction (its own one when nothing needed a new score);
+        ``between`` after each batch but the last (its report added to the pass's)."""
         ctx, sync = self.ctx, self.sync
         report = Outcome()
         if iterations is None or len(iterations) > SWEEP_FROM:
@@ -85,6 +83,8 @@ class ScoringPass:
                 done += len(batch)
                 if progress:
                     progress(done, total)
+                if between is not None and not last:
+                    report.add(between())
         finally:
             if writer is not None and writer is not sync.writer:
                 writer.close()
@@ -155,7 +155,9 @@ class ScoringPass:
                 report: Outcome) -> Iterator[Event]:
         """The ``score.computed`` events of the iterations whose inputs hash changed, as
         the workers compute them (a pass of 100,000 never holds them all)."""
-        for result in pmap(_score_job, jobs, total=total):
+        from .score_job import score_job  # the scorer: imported by a pass that scores (and by its workers)
+
+        for result in pmap(score_job, jobs, total=total):
             if result is None:
                 report.unchanged += 1
                 continue
@@ -192,41 +194,3 @@ def _lookahead(items: Iterator[list[Event]]) -> Iterator[tuple[list[Event], bool
         prev = item
     if prev is not None:
         yield prev, True
-
-
-def _score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
-    """Everything the ``score.computed`` event and its sidecar need, serialised here
-    (in a worker, for bulk work), or None when the iteration's inputs did not change;
-    last, the score it replaces, as its event's idempotency key names it."""
-    version, marker, g, prev, replaces = job
-    digest, key = g.digests(version, marker)
-    if digest == prev:
-        return None
-    payload = score_payload(score(rubrics.load(version), g.inputs()), digest, marker, key, g.window)
-    text = canonical_json(payload)
-    data = render_score_payload(payload)
-    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
-
-
-def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:
-    """The ``score.computed`` payload: the whole score, explainable, and what it came from
-    (``window``: the transcript window its tokens were summed over, for pricing them)."""
-    f = encode_float
-    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
-                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
-                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
-                 for r in s.breakdown]
-    integrity = [{"signal": p.signal, "role": p.role,
-                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
-                              "detail": p.claimed.detail},
-                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
-                               "detail": p.observed.detail},
-                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
-    return {
-        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
-        "scored": s.scored, "value": f(s.value), "band": s.band,
-        "breakdown": breakdown, "integrity": integrity,
-        "linked_traces": s.linked_traces, "marker": marker,
-        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
-        "window": list(window) if window is not None else None,
-    }

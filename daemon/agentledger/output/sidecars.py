@@ -23,7 +23,7 @@ from pathlib import Path
 from ..reference.fmt import format_float
 from ..reference.yamlv3.emit import dump, format_scalar
 from ..process import lifetime
-from ..scoring.combine import Row as BreakdownRow  # one row type from scorer to sidecar
+from ..scoring.breakdown import Row as BreakdownRow  # one row type from scorer to sidecar
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"

@@ -8,21 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import Record
+from .breakdown import Row
 from .inputs import ScoringInputs
 from .rubric import Rubric
 from .signals import MEASURES, SignalValue, absent, present, scope_objective, scope_self_reported
-
-
-@dataclass(frozen=True)
-class Row:
-    signal: str
-    label: str
-    present: bool
-    sub_score: float
-    detail: str
-    nominal_weight: float
-    effective_weight: float
-    contribution: float
 
 
 @dataclass(frozen=True)
@@ -152,7 +141,7 @@ def inconsistency(payload: dict) -> str | None:
     contribution is caught; a consistently forged sub-score is not (only rescoring
     from the inputs can tell: ``ledger/`` rescores every imported score before any
     sidecar is written from it)."""
-    from ..model import decode_float
+    from ..jsonnum import decode_float
     from .rubric import UnknownRubric, load
 
     try:

@@ -12,35 +12,11 @@ import json
 from dataclasses import dataclass
 
 from ..model import Artifact, HookOutcomes, Labels, Record, to_jsonable
+from .facts import LandedFacts, TranscriptTotals  # noqa: F401 - the inputs' names too
 
 # Bump when a change to the scoring code (not the rubric data) can change a
 # score for the same inputs, so every score is recomputed once.
 SCORER_REVISION = 1
-
-
-@dataclass(frozen=True)
-class LandedFacts:
-    """What git says about a record's commit on the trunk (spec §4.1)."""
-
-    raw: str = ""  # commit.strip()
-    resolved: str = ""  # full SHA when `raw^{commit}` resolves
-    reachable: bool = False  # resolved and an ancestor of the trunk
-    reverted_by: str = ""  # first trunk commit (newest first) that reverts it
-    matched: str = ""  # unresolved: newest trunk commit whose subject equals the summary
-    matched_reverted_by: str = ""
-
-
-@dataclass(frozen=True)
-class TranscriptTotals:
-    """Sums over the transcript lines inside an iteration's window (spec §4.7)."""
-
-    turns: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read: int = 0
-    cache_creation: int = 0
-    tool_results: int = 0
-    tool_errors: int = 0
 
 
 @dataclass(frozen=True)

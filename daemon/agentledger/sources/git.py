@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..errors import AgentledgerError
-from ..scoring.inputs import LandedFacts
+from ..scoring.facts import LandedFacts
 from .trunk_log import TrunkLog
 
 _ENV_OVERRIDES = {

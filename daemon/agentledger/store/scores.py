@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..model import decode_float
+from ..jsonnum import decode_float
 from ..output import sidecars
 from .events import Event, canonical_json, upcast
 from .sessions import SessionFamily, real

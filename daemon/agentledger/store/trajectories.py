@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..model import is_int64
+from ..jsonnum import is_int64
 from .events import Event, canonical_json
 
 ANNOTATION_TABLES = ("trajectories", "trajectory_lines", "trajectory_hypotheses", "trajectory_delegations",

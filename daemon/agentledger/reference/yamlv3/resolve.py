@@ -15,7 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
-from ...model import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
+from ...jsonnum import INT64_MAX, INT64_MIN  # noqa: F401 - decode.py reads them from here
 
 STR, INT, FLOAT, BOOL, NULL, TIMESTAMP = "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"
 

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from ...model import is_int64
+from ...jsonnum import is_int64
 from .model import ASCII_MARKERS, CANONICAL_MARKERS, COMPUTED_FIELDS, REQUIRED_FIELDS, V3_FIELDS, Annotation, BadAnnotation, FlowLine, Problem, Section, as_number, derive, verdict_findings
 from .tables import MAX_SPAN, read_delegations, read_hypotheses, read_resources
 

@@ -8,8 +8,10 @@ quarantines a broken one so it is visible.
 from __future__ import annotations
 
 import posixpath
+from typing import TYPE_CHECKING
 
-from ...model import Artifact
+if TYPE_CHECKING:  # the data model is imported by a read (parse_artifact), not by a scan
+    from ...model import Artifact
 
 VERIFIER_RESULT, REVIEW_DECISION, TASKS = "verifier_result", "review_decision", "tasks"
 
@@ -27,6 +29,7 @@ def resolve_artifact_path(raw: str) -> str | None:
 
 def parse_artifact(kind: str, text: str) -> Artifact:
     """Raises ``YamlError`` when the file does not decode."""
+    from ...model import Artifact
     from ...reference.yamlv3.decode import Decoder, load_document  # only a read needs the YAML parser
     root = load_document(text)
     d = Decoder()

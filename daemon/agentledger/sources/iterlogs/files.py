@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import IterationLogSource
-from ...reference.fmt import go_quote
-from ...model import HookOutcomes, Labels, to_jsonable
 from ...output.sidecars import TEMP_PREFIX, is_temp_name, unsafe_session_id
 from ...store.events import Event, content_hash
 from . import artifacts as A
@@ -254,6 +252,8 @@ def quarantine_event(src: IterationLogSource, obs: Observation, reason: str, *, 
 
 
 def _unreadable(src: IterationLogSource, obs: Observation, reason: str) -> None:
+    from ...model import HookOutcomes, Labels, to_jsonable  # the data model: imported by a read
+
     c = obs.cand
     reason = confine.bounded(reason)
     if c.kind == HOOK:
@@ -289,8 +289,9 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
     text = _decode_text(src, obs, data)
     if text is None:
         return
-    # The YAML parser is imported by the first file that is read: a scan that finds
-    # nothing changed (the common case) never loads it.
+    # The YAML parser and the data model are imported by the first file that is read:
+    # a scan that finds nothing changed (the common case) never loads them.
+    from ...model import to_jsonable
     from ...reference.yamlv3.decode import YamlError
     from .records import parse_historical, parse_record
     from .sidefiles import parse_hook_outcomes, parse_labels
@@ -307,6 +308,8 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
             sid = rec.agent.session_id
             why = unsafe_session_id(sid) if sid else None
             if why:
+                from ...reference.fmt import go_quote
+
                 obs.events.append(quarantine_event(
                     src, obs, f"session_id {go_quote(sid)} {why}; its session sidecar is refused"))
         elif c.kind == HISTORICAL:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...model import INT64_MAX, INT64_MIN, is_int64
+from ...jsonnum import INT64_MAX, INT64_MIN, is_int64
 
 _TRIAL_N = re.compile(r"::trial-(\d+)$")
 

@@ -1,0 +1,51 @@
+"""One iteration scored, in a worker for bulk work: the ``score.computed`` payload, its
+JSON and the sidecar's bytes. Apart from ``scoring_pass.py`` so that the scorer is
+imported by a pass that scores, not by every command that opens the ledger.
+"""
+
+from __future__ import annotations
+
+from ..jsonnum import encode_float
+from ..output import sidecars
+from ..scoring import rubric as rubrics
+from ..scoring.combine import Score, score
+from ..store.events import canonical_json, content_hash
+from ..store.projections import render_score_payload
+
+
+def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
+    """Everything the ``score.computed`` event and its sidecar need, serialised here
+    (in a worker, for bulk work), or None when the iteration's inputs did not change;
+    last, the score it replaces, as its event's idempotency key names it."""
+    version, marker, g, prev, replaces = job
+    digest, key = g.digests(version, marker)
+    if digest == prev:
+        return None
+    payload = score_payload(score(rubrics.load(version), g.inputs()), digest, marker, key, g.window)
+    text = canonical_json(payload)
+    data = render_score_payload(payload)
+    return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
+
+
+def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:
+    """The ``score.computed`` payload: the whole score, explainable, and what it came from
+    (``window``: the transcript window its tokens were summed over, for pricing them)."""
+    f = encode_float
+    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
+                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
+                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
+                 for r in s.breakdown]
+    integrity = [{"signal": p.signal, "role": p.role,
+                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
+                              "detail": p.claimed.detail},
+                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
+                               "detail": p.observed.detail},
+                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
+    return {
+        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
+        "scored": s.scored, "value": f(s.value), "band": s.band,
+        "breakdown": breakdown, "integrity": integrity,
+        "linked_traces": s.linked_traces, "marker": marker,
+        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+        "window": list(window) if window is not None else None,
+    }
