@@ -518,6 +518,76 @@ def test_one_daemon_per_ledger_and_a_killed_one_leaves_no_lock(tmp_path: Path, m
         assert notify.wait_for("READY=1", 60)
 
 
+def test_a_reload_onto_another_ledger_moves_the_run_lock(tmp_path: Path, make_repo) -> None:
+    """A reload whose configuration names another ledger takes that ledger's run lock
+    before it opens it, and lets go of the old one; onto a ledger another daemon holds,
+    it is refused in one line and the running configuration goes on working."""
+    import fcntl
+
+    log, cfg = configured(tmp_path, make_repo, 2)
+    first_store, free_store, held_store = tmp_path / "l.sqlite", tmp_path / "moved.sqlite", tmp_path / "held.sqlite"
+    other_log = tmp_path / "other-log"
+    other_log.mkdir()
+    (other_log / "iter-1.yaml").write_text(RECORD.format(n=1, r=0))
+    other_cfg = tmp_path / "other.toml"
+    other_cfg.write_text(f'[store]\npath = "{held_store}"\n[[iteration_logs]]\npath = "{other_log}"\n'
+                         f'repo = "{make_repo("other-repo").path}"\n')
+    holder_notify = Notify(tmp_path / "holder.sock")
+    holder = subprocess.Popen([sys.executable, "-m", "agentledger", "run", "--config", str(other_cfg)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "NOTIFY_SOCKET": str(holder_notify.path)})
+
+    def locked(store: Path) -> bool:
+        fd = os.open(f"{store}.run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def reload(proc: subprocess.Popen, notify: Notify, store: Path) -> None:
+        seen = len(notify.messages)
+        cfg.write_text(cfg.read_text().replace(f'path = "{current[0]}"', f'path = "{store}"'))
+        current[0] = store
+        proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: any("READY=1" in m for m in notify.messages[seen:]), 60)
+
+    current = [first_store]
+    try:
+        assert holder_notify.wait_for("READY=1", 60)
+        with running(tmp_path, cfg) as (proc, notify):
+            assert notify.wait_for("READY=1", 60)
+            assert locked(first_store) and locked(held_store)
+            reload(proc, notify, held_store)  # held by the other daemon: refused
+            said = [x for x in (tmp_path / "daemon.log").read_text().splitlines() if "reload refused" in x]
+            assert len(said) == 1 and f"pid {holder.pid}" in said[0] and "keeping the running" in said[0]
+            (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))  # still the first ledger's service
+            assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
+            with contextlib.closing(__import__("sqlite3").connect(held_store)) as c:
+                assert c.execute("SELECT count(*) FROM iterations").fetchone()[0] == 1  # the holder's one alone
+            reload(proc, notify, free_store)  # free: taken, and the first one let go
+            assert wait_until(lambda: locked(free_store) and not locked(first_store), 10)
+            second = subprocess.run([sys.executable, "-m", "agentledger", "run", "--config", str(cfg)],
+                                    capture_output=True, text=True, timeout=60)
+            assert second.returncode == 1 and f"pid {proc.pid}" in second.stdout + second.stderr
+            (log / "iter-4.yaml").write_text(RECORD.format(n=4, r=0))
+            assert wait_until(lambda: (log / "iter-4.score.yaml").is_file(), 60)
+            with contextlib.closing(__import__("sqlite3").connect(free_store)) as c:
+                assert c.execute("SELECT max(iteration) FROM iterations").fetchone()[0] == 4
+        assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        try:
+            holder.wait(30)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+            holder_notify.close()
+
+
 def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, make_repo) -> None:
     log, cfg = configured(tmp_path, make_repo, 2)
     good = cfg.read_text()
@@ -532,6 +602,22 @@ def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, ma
         assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
     text = (tmp_path / "daemon.log").read_text()
     assert "Traceback" not in text and "configuration reloaded" not in text and "keeping the running" in text
+
+
+def test_a_file_written_as_a_reload_takes_effect_is_scored(tmp_path: Path, make_repo) -> None:
+    """A reload replaces the watcher; a file written between the old one and the new one
+    (a gap no watch covers: the write here follows READY at once, as a close-task step
+    might) is caught up by the new one, not left to the next reconcile (an hour away)."""
+    log, cfg = configured(tmp_path, make_repo, 2, "[daemon]\nreconcile_seconds = 3600\n")
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        for n in range(3, 13):
+            readies = sum("READY=1" in m for m in notify.messages)
+            proc.send_signal(signal.SIGHUP)
+            assert wait_until(lambda: sum("READY=1" in m for m in notify.messages) > readies, 60)
+            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=0))
+            assert wait_until(lambda: (log / f"iter-{n}.score.yaml").is_file(), 60), n
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:

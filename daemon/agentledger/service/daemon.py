@@ -70,12 +70,19 @@ def load_checked(load: Callable[[], Config]) -> Config | None:
         cfg = load()
         check(cfg)  # an unknown rubric is refused here, before anything changes
     except Exception as exc:  # noqa: BLE001 - any configuration that does not load is refused whole
-        log.error(f"reload refused: {exc}; keeping the running configuration")
+        refuse_reload(exc)
         return None
+    return cfg
+
+
+def refuse_reload(why: object) -> None:
+    log.error(f"reload refused: {why}; keeping the running configuration")
+
+
+def log_reloaded(cfg: Config) -> None:
     log.info("configuration reloaded", rubric=cfg.scoring.rubric, iteration_logs=len(cfg.iteration_logs),
              vally=len(cfg.vally), annotations=len(cfg.annotations),
              transcripts=sum(len(s.transcripts) for s in cfg.iteration_logs), ship=len(cfg.ship))
-    return cfg
 
 
 class AlreadyRunning(AgentledgerError):
@@ -100,6 +107,32 @@ def hold_run_lock(store: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def open_reloaded(cfg: Config, moved: bool) -> tuple[Ledger, int] | None:
+    """A reload's ledger, opened while the running one still works (a failure leaves it
+    as it was), and, when the reload ``moved`` to another ledger, that ledger's run lock,
+    taken before anything is opened (one daemon per ledger holds across a reload); None,
+    said in one line, when another daemon holds it."""
+    lock = -1
+    if moved:
+        try:
+            lock = hold_run_lock(cfg.store.path)
+        except AlreadyRunning as exc:
+            refuse_reload(exc)
+            return None
+    new = None
+    try:
+        new = Ledger(cfg, background_writes=True)
+        new.register_sources()
+    except BaseException:
+        if new is not None:
+            new.close()
+        if moved:
+            os.close(lock)
+        raise
+    log_reloaded(cfg)
+    return new, lock
 
 
 class Daemon:
@@ -243,16 +276,17 @@ class Daemon:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
         ready = False
         while not self.stop.is_set():
+            fresh = True
             for changes in watchfiles.watch(
                     *paths, watch_filter=_Filter(), debounce=self.cfg.daemon.debounce_ms, step=20,
                     stop_event=self.stop, rust_timeout=tick, yield_on_timeout=True, raise_interrupt=False,
                     force_polling=self.cfg.daemon.force_polling or None,
                     ignore_permission_denied=True):
                 self.notifier.watchdog()
-                if not ready:
-                    # The watches exist now: catch up on anything written since the
-                    # initial scan began, then say we are ready.
+                if fresh:  # the watches exist now: catch up on what was written while none did
+                    fresh = False  # (since the initial scan began, or between a reload's watchers)
                     self._guard("catch-up scan", self.ledger.scan_all)
+                if not ready:
                     self.notifier.send("READY=1", f"STATUS={self._status()}")
                     log.info("ready", watched=len(paths), status=self._status())
                     ready = True
@@ -262,7 +296,7 @@ class Daemon:
                 if self.retry_at is not None and time.monotonic() >= self.retry_at:
                     self.retry_at = None
                     self.requests.put("reconcile")
-                if self._drain():  # the watched paths changed (config reload)
+                if self._drain():  # a reload took effect: watch its paths
                     paths = self.ledger.watch_paths()
                     break
                 if self.stop.is_set():
@@ -311,11 +345,12 @@ class Daemon:
             elif req == "optimize":
                 self._guard("optimize", lambda: led.conn.execute("PRAGMA optimize") and None)
             elif req == "reload":
-                rewatch = True
                 # systemd's reload protocol: `systemctl reload` returns once READY=1 follows
                 self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
                                    "STATUS=reloading the configuration")
+                before = self.ledger
                 self._guard("reload", self._reload)
+                rewatch |= self.ledger is not before  # a refused reload keeps the watcher it had
                 self.notifier.send("READY=1", f"STATUS={self._status()}")
                 continue
             self.notifier.send(f"STATUS={self._status()}")
@@ -325,14 +360,16 @@ class Daemon:
         if cfg is None:
             return None
         assert self.ledger is not None
-        new = Ledger(cfg, background_writes=True)  # opened before the old one closes: a failure leaves the old one working
-        try:
-            new.register_sources()
-        except BaseException:
-            new.close()
-            raise
+        moved = cfg.store.path != self.cfg.store.path
+        opened = open_reloaded(cfg, moved)
+        if opened is None:
+            return None
+        new, lock = opened
         self.ledger.close()
-        if cfg.store.path != self.cfg.store.path and self.checkpointer is not None:
+        if moved:  # the old ledger is free for another daemon once this one has left it
+            os.close(self.run_lock)
+            self.run_lock = lock
+        if moved and self.checkpointer is not None:
             self.checkpointer.stop()
             self.checkpointer = Checkpointer(cfg.store.path).start()
         old_ship = self.cfg.ship, self.cfg.ledger, self.cfg.store.path
