@@ -588,6 +588,33 @@ def test_a_reload_onto_another_ledger_moves_the_run_lock(tmp_path: Path, make_re
             holder_notify.close()
 
 
+def test_a_reload_onto_the_running_ledger_by_another_name_keeps_it(tmp_path: Path, make_repo) -> None:
+    """The same ledger spelled through a symlinked directory is the same ledger: the
+    reload takes effect (it does not wait for its own run lock) and the lock stays held."""
+    import fcntl
+
+    log, cfg = configured(tmp_path, make_repo, 2)
+    alias = tmp_path / "alias"
+    alias.symlink_to(tmp_path, target_is_directory=True)
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        cfg.write_text(cfg.read_text().replace(f'path = "{tmp_path / "l.sqlite"}"', f'path = "{alias / "l.sqlite"}"'))
+        seen = len(notify.messages)
+        proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: any("READY=1" in m for m in notify.messages[seen:]), 60)
+        text = (tmp_path / "daemon.log").read_text()
+        assert "configuration reloaded" in text and "reload refused" not in text
+        (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))
+        assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
+        fd = os.open(tmp_path / "l.sqlite.run.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # still held: a second daemon would be refused
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
 def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, make_repo) -> None:
     log, cfg = configured(tmp_path, make_repo, 2)
     good = cfg.read_text()

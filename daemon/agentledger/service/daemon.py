@@ -109,6 +109,16 @@ def hold_run_lock(store: Path) -> int:
     return fd
 
 
+def same_ledger(a: Path, b: Path) -> bool:
+    """Whether two spellings of ``[store] path`` (a symlink, ``..``, another relative
+    path) name one ledger: compared as files, not strings, so that a reload onto the
+    running ledger never waits for its own run lock."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: a new ledger elsewhere
+        return a.resolve() == b.resolve()
+
+
 def open_reloaded(cfg: Config, moved: bool) -> tuple[Ledger, int] | None:
     """A reload's ledger, opened while the running one still works (a failure leaves it
     as it was), and, when the reload ``moved`` to another ledger, that ledger's run lock,
@@ -360,7 +370,7 @@ class Daemon:
         if cfg is None:
             return None
         assert self.ledger is not None
-        moved = cfg.store.path != self.cfg.store.path
+        moved = not same_ledger(cfg.store.path, self.cfg.store.path)
         opened = open_reloaded(cfg, moved)
         if opened is None:
             return None
