@@ -615,6 +615,32 @@ def test_a_reload_onto_the_running_ledger_by_another_name_keeps_it(tmp_path: Pat
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
+def test_sigterm_during_a_long_first_scan_ends_it_at_a_batch_and_the_next_start_goes_on(
+        tmp_path: Path, make_repo) -> None:
+    """A first scan of thousands of iterations is one step; SIGTERM during it ends it at
+    its next batch's commit (not at its end, past systemd's stop timeout), exit 0, and
+    the next start finishes what it left."""
+    import sqlite3
+
+    n = 4000
+    log, cfg = configured(tmp_path, make_repo, n)
+    db = tmp_path / "l.sqlite"
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("STATUS=initial scan", 60)  # SIGTERM and exit 0 as the block ends
+    text = (tmp_path / "daemon.log").read_text()
+    assert "stopped between batches" in text and "Traceback" not in text
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        scored = c.execute("SELECT count(*) FROM scores").fetchone()[0]
+    assert scored < n, "the scan ran to its end before stopping"
+    (tmp_path / "n.sock").unlink()
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 120)
+        assert wait_until(lambda: all((log / f"iter-{k}.score.yaml").is_file() for k in range(1, n + 1)), 60)
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        assert c.execute("SELECT count(*) FROM scores").fetchone()[0] == n
+        assert c.execute("SELECT count(DISTINCT iteration) FROM iterations").fetchone()[0] == n
+
+
 def test_a_bad_configuration_on_sighup_is_refused_in_one_line(tmp_path: Path, make_repo) -> None:
     log, cfg = configured(tmp_path, make_repo, 2)
     good = cfg.read_text()

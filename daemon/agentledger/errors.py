@@ -16,6 +16,13 @@ class AgentledgerError(Exception):
     exit_code = 1
 
 
+class Stopping(BaseException):
+    """A stop was asked for (the daemon's SIGTERM) and a long pass has just committed a
+    batch: it ends there, not at its end. A BaseException so that no step's ``except
+    Exception`` takes it for a failure; what was committed stays, and the next start
+    goes on from the checkpoints."""
+
+
 class UsageError(AgentledgerError):
     """What was asked is wrong (flags, values, configuration): exit 2, one line naming
     what is valid."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Config, IterationLogSource
+from ..errors import Stopping
 from ..scoring.rubric import Rubric
 from ..sources.git import GitRepo
 from ..sources.iterlogs.files import ReadLimits
@@ -35,6 +36,12 @@ class Context:
     # names): the sweep beside the sidecars that follows needs no listing of its own
     listed_temps: dict[str, list[str]] = field(default_factory=dict)
     log: EventLog = field(init=False)  # the one way events are written
+    # whether a stop was asked for: long passes look between batches (``check_stop``)
+    stopping: Callable[[], bool] = lambda: False
+
+    def check_stop(self) -> None:
+        if self.stopping():
+            raise Stopping
 
     def __post_init__(self) -> None:
         self.log = EventLog(self.conn)

@@ -185,6 +185,7 @@ class IterationLogs:
                               obs.cand.abs))
             with commit.transaction(self.ctx) as batch:
                 commit.record_files(batch, files, report)
+            self.ctx.check_stop()
 
 def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidate]:
     """The candidates whose stat is not their checkpoint's (``known``; none, or a

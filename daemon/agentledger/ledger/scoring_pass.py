@@ -85,6 +85,7 @@ class ScoringPass:
                     progress(done, total)
                 if between is not None and not last:
                     report.add(between())
+                ctx.check_stop()
         finally:
             if writer is not None and writer is not sync.writer:
                 writer.close()

@@ -20,8 +20,9 @@ How it runs, in order:
    its path: a writer thread lands the sidecars of large scoring passes (the
    next change is read meanwhile), and a checkpoint thread keeps the WAL short
    so that no commit stalls on an automatic checkpoint (``checkpointer``).
-4. SIGTERM/SIGINT: finish the current step, stop the scheduler, ``STOPPING=1``,
-   exit 0. SIGHUP: ``RELOADING=1``, reload the configuration (a changed rubric
+4. SIGTERM/SIGINT: finish the current step (a long pass, a first scan or a
+   backfill, ends at its next batch's commit and the next start goes on from there),
+   stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``, reload the configuration (a changed rubric
    backfills), ``READY=1``, so that ``systemctl reload`` returns when it is done.
 """
 
@@ -39,7 +40,7 @@ import structlog
 import watchfiles
 
 from ..config import Config
-from ..errors import AgentledgerError
+from ..errors import AgentledgerError, Stopping
 from ..ledger import Ledger, Outcome
 from ..output.sidecars import is_temp_name
 from .backoff import backoff
@@ -119,7 +120,7 @@ def same_ledger(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def open_reloaded(cfg: Config, moved: bool) -> tuple[Ledger, int] | None:
+def open_reloaded(cfg: Config, moved: bool, stopping: Callable[[], bool]) -> tuple[Ledger, int] | None:
     """A reload's ledger, opened while the running one still works (a failure leaves it
     as it was), and, when the reload ``moved`` to another ledger, that ledger's run lock,
     taken before anything is opened (one daemon per ledger holds across a reload); None,
@@ -134,6 +135,7 @@ def open_reloaded(cfg: Config, moved: bool) -> tuple[Ledger, int] | None:
     new = None
     try:
         new = Ledger(cfg, background_writes=True)
+        new.ctx.stopping = stopping
         new.register_sources()
     except BaseException:
         if new is not None:
@@ -187,15 +189,19 @@ class Daemon:
         self.notifier.send("EXTEND_TIMEOUT_USEC=600000000", "STATUS=initial scan")
         self.checkpointer = Checkpointer(self.cfg.store.path).start()
         self._restart_hook()
-        if self._cold():  # a warm restart leaves it all to the catch-up scan: one scan, not two
-            self._guard("initial scan", self.ledger.scan_all)
-        self._restart_shipping()
-        scheduler = self._scheduler()
+        scheduler = None
         try:
+            if self._cold():  # a warm restart leaves it all to the catch-up scan: one scan, not two
+                self._guard("initial scan", self.ledger.scan_all)
+            self._restart_shipping()
+            scheduler = start_scheduler(self.cfg, self.requests.put)
             self._loop()
+        except Stopping:  # a long pass ended at a batch's commit; the next start goes on from there
+            log.info("stopped between batches of a long pass")
         finally:
             self.notifier.send("STOPPING=1", "STATUS=stopping")
-            scheduler.shutdown(wait=False)
+            if scheduler is not None:
+                scheduler.shutdown(wait=False)
             if self.shipping is not None:
                 self.shipping.stop()
             self.checkpointer.stop()
@@ -224,6 +230,7 @@ class Daemon:
             led = None
             try:
                 led = Ledger(self.cfg, background_writes=True)
+                led.ctx.stopping = self.stop.is_set  # a long pass ends at a batch on SIGTERM
                 led.register_sources()
                 if delay > 0.5:
                     log.info("recovered", step="open store")
@@ -260,19 +267,6 @@ class Daemon:
     def _on_stop(self, signum, _frame) -> None:
         log.info("stop requested", signal=signal.Signals(signum).name)
         self.stop.set()
-
-    def _scheduler(self):
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        d = self.cfg.daemon
-        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
-                                                  "misfire_grace_time": None})
-        for name, seconds in (("reconcile", d.reconcile_seconds), ("trunk", d.trunk_check_seconds),
-                              ("checkpoint", 60), ("optimize", 4 * 3600)):
-            sched.add_job(self.requests.put, "interval", seconds=seconds, args=[name], id=name,
-                          replace_existing=True)
-        sched.start()
-        return sched
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -371,7 +365,7 @@ class Daemon:
             return None
         assert self.ledger is not None
         moved = not same_ledger(cfg.store.path, self.cfg.store.path)
-        opened = open_reloaded(cfg, moved)
+        opened = open_reloaded(cfg, moved, self.stop.is_set)
         if opened is None:
             return None
         new, lock = opened
@@ -405,6 +399,21 @@ class Daemon:
         n = c.execute("SELECT count(*) FROM iterations").fetchone()[0]
         q = c.execute("SELECT count(*) FROM quarantine WHERE resolved_seq IS NULL").fetchone()[0]
         return f"{n} iterations, rubric {led.rubric.version}, {q} quarantined"
+
+
+def start_scheduler(cfg: Config, put: Callable[[str], None]):
+    """APScheduler's jobs only enqueue requests (``put``): the ledger's work stays on the
+    main loop's thread."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    d = cfg.daemon
+    sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                              "misfire_grace_time": None})
+    for name, seconds in (("reconcile", d.reconcile_seconds), ("trunk", d.trunk_check_seconds),
+                          ("checkpoint", 60), ("optimize", 4 * 3600)):
+        sched.add_job(put, "interval", seconds=seconds, args=[name], id=name, replace_existing=True)
+    sched.start()
+    return sched
 
 
 def log_outcome(what: str, r: Outcome) -> None:
