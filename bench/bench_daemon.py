@@ -19,6 +19,10 @@ Generates a log with a git repository and a Claude transcript, starts
   sources (nothing changed meanwhile); time from start to READY=1 (target ≤ 1 s at
   10,000, issue #25), beside the floor of a process that imports the daemon's modules
   and exits;
+* a stop during a first scan: ``agentledger run`` on a new ledger of the same sources,
+  SIGTERM half as long after ``STATUS=initial scan`` as the first start's scan took;
+  time from SIGTERM to exit, 3 times (the unit's TimeoutStopSec is 30 s; the scan ends
+  at its next batch's commit);
 * with ``--churn-rounds R``, a long mixed workload afterwards: each round
   edits 5 already closed iterations (editor-style save that changes their
   score), appends 3 transcript lines and closes one new iteration, then waits
@@ -171,6 +175,20 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import agentledger.service.daemon, agentledger.ledger"], check=True)
         imports = time.perf_counter() - t
 
+        stops = []
+        for k in range(3):
+            sock.setblocking(True)
+            fresh = [*cmd[:-3], "--db", str(root / f"stopped-{k}.sqlite"), "-q"]
+            proc = subprocess.Popen(fresh, env={**os.environ, "NOTIFY_SOCKET": str(sock_path)},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while b"initial scan" not in sock.recv(65536):
+                pass
+            time.sleep(startup / 2)
+            t = time.perf_counter()
+            proc.terminate()
+            proc.wait(timeout=120)
+            stops.append(time.perf_counter() - t)
+
         ms = lambda xs, p: round(pct(xs, p) * 1000, 1)  # noqa: E731
         result = {
             "iterations": args.iterations, "startup_to_ready_s": round(startup, 2),
@@ -180,6 +198,7 @@ def main() -> None:
             "transcript_p95_ms": ms(appends, 95) if appends else None, "appends_measured": len(appends),
             "rss_ready_mb": round(rss_ready, 1), "rss_end_mb": round(rss_end, 1),
             "warm_restart_to_ready_s": [round(w, 2) for w in warm], "imports_floor_s": round(imports, 2),
+            "sigterm_in_first_scan_to_exit_s": [round(s, 2) for s in stops],
         }
         print(f"{args.iterations} iterations: ready in {startup:.1f} s; idle CPU {idle:.3f} % over {args.idle_seconds:.0f} s")
         print(f"close → sidecar: p50 {result['close_p50_ms']} ms, p95 {result['close_p95_ms']} ms over {len(closes)}")
@@ -189,6 +208,7 @@ def main() -> None:
         print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the closes and appends")
         print(f"warm restart → READY: {', '.join(f'{w:.2f}' for w in warm)} s (start and imports alone:"
               f" {imports:.2f} s)")
+        print(f"SIGTERM {startup / 2:.1f} s into a first scan → exit: {', '.join(f'{s:.2f}' for s in stops)} s")
         if churn:
             result["churn"] = churn
             print(f"churn: {churn['rounds']} rounds ({churn['changes']} file changes) in {churn['seconds']} s;"

@@ -372,3 +372,30 @@ def test_an_iteration_that_moves_to_another_session_moves_in_both_sessions(tmp_p
     assert code == 0, err
     assert sessions() == incremental and json.loads(out)["sessions_written"] == 0
     assert b"iteration: 10" in (gen.log / "session-sess-moved.score.yaml").read_bytes()
+
+
+def test_a_trunk_check_with_nothing_to_do_writes_nothing(tmp_path: Path) -> None:
+    """The service checks the trunk every 30 s; an idle one commits nothing for it (a
+    commit would also wake the checkpoint thread), and a move is still recorded."""
+    from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 20, seed=4)
+    src = make_source(gen.log, gen.repo)
+    db = tmp_path / "live.sqlite"
+    ledger = Ledger(Config(store=StoreConfig(path=db), scoring=ScoringConfig(), iteration_logs=(src,)))
+    try:
+        ledger.scan_all()
+        ledger.rescore(src)
+        with sqlite3.connect(db) as other:  # data_version moves for a commit by any other connection
+            seen = other.execute("PRAGMA data_version").fetchone()[0]
+            changes = ledger.ctx.conn.total_changes
+            for _ in range(3):
+                assert ledger.rescore(src).scored == 0
+            assert ledger.ctx.conn.total_changes == changes
+            assert other.execute("PRAGMA data_version").fetchone()[0] == seen
+            git(gen.repo, "commit", "--allow-empty", "-q", "-m", "moves the trunk")
+            ledger.rescore(src)
+            assert other.execute("SELECT trunk_tip FROM git_state").fetchone()[0] == git(gen.repo, "rev-parse", "HEAD")
+    finally:
+        ledger.close()

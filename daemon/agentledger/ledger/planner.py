@@ -27,6 +27,7 @@ class Planner:
         self.ends: dict[str, Ends] = {}  # source -> iteration -> commit time (ns)
         self._consumed: tuple[str, list[int]] | None = None  # pending rows the current pass read
         self._pending_tip: tuple[str, str | None] | None = None  # the trunk tip the current pass saw
+        self._recorded_tip: tuple[str, str | None] | None = None  # and the one git_state held then
         # source -> its iterations' commit references and their resolutions: what a forward
         # move of the trunk is checked against, kept up to date with changed iterations, so
         # a commit on the trunk costs its own range, not a pass over the log
@@ -72,10 +73,12 @@ class Planner:
                     out.add(it)
         spans = [(r[4], r[5]) for r in queued if r[2] == "transcript"]
         tip = None
+        self._recorded_tip = None
         repo = self.ctx.repo(src)
         if repo.check() is None:
             tip = repo.trunk_tip()
             row = conn.execute("SELECT trunk_tip FROM git_state WHERE source = ?", (src.id,)).fetchone()
+            self._recorded_tip = (src.id, row[0]) if row else None
             if row is None or row[0] != tip:  # the trunk moved
                 old = row[0] if row else None
                 forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
@@ -118,7 +121,15 @@ class Planner:
         return out
 
     def record_trunk(self, src: IterationLogSource) -> None:
-        """After a pass that accounted for trunk moves, remember the tip it saw."""
+        """After a pass that accounted for trunk moves, remember the tip it saw; nothing
+        is written when the ledger holds that tip already and the pass consumed no queue
+        entry (an idle daemon's trunk check every 30 s commits nothing, so no checkpoint
+        follows it either)."""
+        consumed = self._consumed
+        if (self._pending_tip is not None and self._pending_tip == self._recorded_tip
+                and self._pending_tip[0] == src.id and not (consumed and consumed[0] == src.id and consumed[1])):
+            self._consumed = None
+            return
         with store.write_transaction(self.ctx.conn):
             self.record_trunk_rows(src)
 
