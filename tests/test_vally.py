@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -223,6 +224,42 @@ def test_growing_file_appended_by_another_process(tmp_path: Path) -> None:
     assert count(led, "SELECT count(*) FROM trials") == n
     assert count(led, "SELECT count(*) FROM events WHERE type = 'trial.completed'") == n
     assert count(led, "SELECT count(*) FROM quarantine") == 0
+
+
+@pytest.mark.parametrize("reader", ["sequential", "parallel"])
+def test_a_stop_ends_a_long_catch_up_at_a_commit_and_the_next_scan_goes_on(tmp_path: Path, monkeypatch,
+                                                                           reader: str) -> None:
+    """The daemon's SIGTERM (``ctx.stopping``) during a catch-up of many batches: it ends
+    right after a commit, with that commit's position, and the next scan reads on from
+    there to the same ledger as one uninterrupted catch-up."""
+    from agentledger.errors import Stopping
+
+    root = tmp_path / "out"
+    f = root / "run" / "results.jsonl"
+    f.parent.mkdir(parents=True)
+    n = 12000 if reader == "sequential" else 3000  # 3 batches of 5,000 lines; ~20 chunks of 64 KiB
+    if reader == "parallel":
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_TAIL_BYTES", "1")
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_TAIL_BLOCK", str(64 << 10))
+    with f.open("wb") as fh:
+        for i in range(n):
+            fh.write(synth.vally_trial_line(i, pad=200))
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    with contextlib.closing(ledger(whole, root)) as led:
+        led.scan_all()
+        expected = sorted(map(tuple, led.conn.execute("SELECT idempotency_key, payload FROM events")))
+    asked = []
+    with contextlib.closing(ledger(tmp_path, root)) as led:
+        led.ctx.stopping = lambda: asked.append(1) or True  # asked for as the first commit lands
+        with pytest.raises(Stopping):
+            led.scan_all()
+        (offset,) = led.conn.execute("SELECT byte_offset FROM source_checkpoints").fetchone()
+        trials = count(led, "SELECT count(*) FROM events")
+    assert len(asked) == 1 and 0 < offset < f.stat().st_size and 0 < trials < len(expected)
+    with contextlib.closing(ledger(tmp_path, root)) as led:
+        led.scan_all()
+        assert sorted(map(tuple, led.conn.execute("SELECT idempotency_key, payload FROM events"))) == expected
 
 
 @pytest.mark.slow

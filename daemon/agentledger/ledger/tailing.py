@@ -188,6 +188,7 @@ class Tailing:
             else:
                 commit.record(log_batch, events, report, rel, checkpoint=checkpoint)
         report.files_read += 1
+        self.ctx.check_stop()  # a long catch-up ends here on the daemon's SIGTERM; its position is committed
 
 
 @contextlib.contextmanager
