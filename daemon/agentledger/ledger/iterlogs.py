@@ -187,6 +187,7 @@ class IterationLogs:
                 commit.record_files(batch, files, report)
             self.ctx.check_stop()
 
+
 def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidate]:
     """The candidates whose stat is not their checkpoint's (``known``; none, or a
     failed last read: absent): ``observe`` would return None for every other one, and

@@ -22,8 +22,10 @@ How it runs, in order:
    so that no commit stalls on an automatic checkpoint (``checkpointer``).
 4. SIGTERM/SIGINT: finish the current step (a long pass, a first scan or a
    backfill, ends at its next batch's commit and the next start goes on from there),
-   stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``, reload the configuration (a changed rubric
-   backfills), ``READY=1``, so that ``systemctl reload`` returns when it is done.
+   stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``, reload the
+   configuration (a changed rubric backfills), ``READY=1``, so that ``systemctl
+   reload`` returns when it is done; a reload that takes effect watches anew, and the
+   new watches begin with a catch-up scan (nothing written between two watchers is missed).
 """
 
 from __future__ import annotations
