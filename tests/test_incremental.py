@@ -399,3 +399,38 @@ def test_a_trunk_check_with_nothing_to_do_writes_nothing(tmp_path: Path) -> None
             assert other.execute("SELECT trunk_tip FROM git_state").fetchone()[0] == git(gen.repo, "rev-parse", "HEAD")
     finally:
         ledger.close()
+
+
+def test_the_service_index_follows_what_another_writer_consumed(tmp_path: Path) -> None:
+    """An `agentledger ingest` beside the service ingests and scores a new iteration,
+    consuming the queue entry the service's index would have learnt it from; a later
+    trunk move that lands that iteration's commit still rescores it in the service, as a
+    fresh ingest would."""
+    from agentledger.config import Config, ScoringConfig, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=8)
+    src = make_source(gen.log, gen.repo)
+    db = tmp_path / "live.sqlite"
+    cfg = Config(store=StoreConfig(path=db), scoring=ScoringConfig(), iteration_logs=(src,))
+    service = Ledger(cfg)
+    try:
+        service.scan_all()
+        assert service.rescore(src).scored == 0  # builds the index
+        git(gen.repo, "checkout", "-q", "-b", "feature")
+        git(gen.repo, "commit", "--allow-empty", "-q", "-m", "feature work")
+        side = git(gen.repo, "rev-parse", "HEAD")
+        git(gen.repo, "checkout", "-q", "master")
+        (gen.log / "iter-31.yaml").write_text(f"schema_version: 2\niteration: 31\ntask_id: t0-0\ncommit: {side[:12]}\n"
+                                              "impl:\n  summary: \"feature work\"\n  scope_note: on-target\n")
+        assert run_cli("ingest", "--once", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+                       "--db", str(db))[0] == 0  # the other writer: ingests, scores, consumes the queue
+        service.ingest_paths([gen.log / "iter-31.yaml"])  # the service's notification: nothing new to read
+        git(gen.repo, "merge", "-q", "--ff-only", "feature")  # iteration 31's commit lands
+        assert 31 in service.planner.affected(src)
+        service.rescore(src)
+    finally:
+        service.close()
+    assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
+                   "--db", str(tmp_path / "fresh.sqlite"))[0] == 0
+    assert scores(db) == scores(tmp_path / "fresh.sqlite")

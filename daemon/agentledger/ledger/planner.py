@@ -9,6 +9,7 @@ the entries it handled in its own last transaction.
 from __future__ import annotations
 
 import json
+import os
 
 from ..config import IterationLogSource
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, VERIFIER_RESULT, resolve_artifact_path
@@ -32,6 +33,10 @@ class Planner:
         # move of the trunk is checked against, kept up to date with changed iterations, so
         # a commit on the trunk costs its own range, not a pass over the log
         self.facts: dict[str, TrunkIndex] = {}
+        # git_state.consumer: the mark of the last consumption of each source's queue this
+        # process made or has seen (``_foreign_consumer``)
+        self._token, self._writes = os.urandom(8).hex(), 0
+        self._marks: dict[str, str] = {}
 
     def forget(self) -> None:
         """Drop the commit-time index (a full scan rebuilds it from the table and git)."""
@@ -74,10 +79,11 @@ class Planner:
         spans = [(r[4], r[5]) for r in queued if r[2] == "transcript"]
         tip = None
         self._recorded_tip = None
+        row = conn.execute("SELECT trunk_tip, consumer FROM git_state WHERE source = ?", (src.id,)).fetchone()
+        self._foreign_consumer(src, row[1] if row else None)
         repo = self.ctx.repo(src)
         if repo.check() is None:
             tip = repo.trunk_tip()
-            row = conn.execute("SELECT trunk_tip FROM git_state WHERE source = ?", (src.id,)).fetchone()
             self._recorded_tip = (src.id, row[0]) if row else None
             if row is None or row[0] != tip:  # the trunk moved
                 old = row[0] if row else None
@@ -120,6 +126,15 @@ class Planner:
             ends[it] = iso_ns(index.res[index.refs[it][0]].commit_time)
         return out
 
+    def _foreign_consumer(self, src: IterationLogSource, mark: str | None) -> None:
+        """Another writer consumed this source's queue since this process last did (an
+        ``agentledger ingest`` beside the service): the changes it handled never reached
+        this process's index, so the index is dropped and rebuilt from the tables."""
+        if mark is not None and mark != self._marks.get(src.id):
+            self.ends.pop(src.id, None)
+            self.facts.pop(src.id, None)
+            self._marks[src.id] = mark
+
     def record_trunk(self, src: IterationLogSource) -> None:
         """After a pass that accounted for trunk moves, remember the tip it saw; nothing
         is written when the ledger holds that tip already and the pass consumed no queue
@@ -140,7 +155,10 @@ class Planner:
         tip = pending[1] if pending and pending[0] == src.id else self.ctx.repo(src).trunk_tip()
         consumed = self._consumed
         ids = consumed[1] if consumed and consumed[0] == src.id else []
-        self.ctx.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip) VALUES (?, ?)", (src.id, tip))
+        self._writes += 1
+        mark = self._marks[src.id] = f"{self._token}:{self._writes}"
+        self.ctx.conn.execute("INSERT OR REPLACE INTO git_state (source, trunk_tip, consumer) VALUES (?, ?, ?)",
+                              (src.id, tip, mark))
         if ids:  # only what this pass read: rows queued meanwhile stay queued
             self.ctx.conn.execute("DELETE FROM pending WHERE id IN (SELECT value FROM json_each(?))",
                                   (json.dumps(ids),))
