@@ -20,12 +20,10 @@ How it runs, in order:
    its path: a writer thread lands the sidecars of large scoring passes (the
    next change is read meanwhile), and a checkpoint thread keeps the WAL short
    so that no commit stalls on an automatic checkpoint (``checkpointer``).
-4. SIGTERM/SIGINT: finish the current step (a long pass, a first scan or a
-   backfill, ends at its next batch's commit and the next start goes on from there),
-   stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``, reload the
-   configuration (a changed rubric backfills), ``READY=1``, so that ``systemctl
-   reload`` returns when it is done; a reload that takes effect watches anew, and the
-   new watches begin with a catch-up scan (nothing written between two watchers is missed).
+4. SIGTERM/SIGINT: finish the current step (a long pass ends at its next batch's
+   commit), stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``,
+   reload the configuration, watch anew, and ``READY=1`` after the new watches'
+   catch-up scan (a changed rubric's backfill), so ``systemctl reload`` returns when done.
 """
 
 from __future__ import annotations
@@ -168,6 +166,7 @@ class Daemon:
         self.checkpointer: Checkpointer | None = None
         self.shipping = None  # a ShipLoop when [[ship]] names team ledgers
         self.run_lock = -1  # hold_run_lock
+        self.reloading = False  # a reload took effect; its READY=1 follows the new watches' first scan
         self.serve_hook = serve_hook
         self.hook: HookServer | None = None  # answers the close-task hook while the service runs
 
@@ -292,6 +291,10 @@ class Daemon:
                 if fresh:  # the watches exist now: catch up on what was written while none did
                     fresh = False  # (since the initial scan began, or between a reload's watchers)
                     self._guard("catch-up scan", self.ledger.scan_all)
+                    if self.reloading:  # `systemctl reload` returns once its backfill is on disk
+                        self.reloading = False
+                        self._guard("reload", self.ledger.wait_for_writes)
+                        self.notifier.send("READY=1", f"STATUS={self._status()}")
                 if not ready:
                     self.notifier.send("READY=1", f"STATUS={self._status()}")
                     log.info("ready", watched=len(paths), status=self._status())
@@ -356,36 +359,35 @@ class Daemon:
                                    "STATUS=reloading the configuration")
                 before = self.ledger
                 self._guard("reload", self._reload)
-                rewatch |= self.ledger is not before  # a refused reload keeps the watcher it had
-                self.notifier.send("READY=1", f"STATUS={self._status()}")
+                if self.ledger is not before:  # READY=1 after the new watches' catch-up scan
+                    rewatch = self.reloading = True
+                else:  # refused: the watches it had go on
+                    self.notifier.send("READY=1", f"STATUS={self._status()}")
                 continue
             self.notifier.send(f"STATUS={self._status()}")
 
-    def _reload(self) -> Outcome | None:
+    def _reload(self) -> None:
         cfg = load_checked(self.load_config)
         if cfg is None:
-            return None
+            return
         assert self.ledger is not None
         moved = not same_ledger(cfg.store.path, self.cfg.store.path)
         opened = open_reloaded(cfg, moved, self.stop.is_set)
         if opened is None:
-            return None
+            return
         new, lock = opened
         self.ledger.close()
         if moved:  # the old ledger is free for another daemon once this one has left it
             os.close(self.run_lock)
             self.run_lock = lock
-        if moved and self.checkpointer is not None:
-            self.checkpointer.stop()
-            self.checkpointer = Checkpointer(cfg.store.path).start()
+            if self.checkpointer is not None:
+                self.checkpointer.stop()
+                self.checkpointer = Checkpointer(cfg.store.path).start()
         old_ship = self.cfg.ship, self.cfg.ledger, self.cfg.store.path
         self.cfg, self.ledger = cfg, new
         if (cfg.ship, cfg.ledger, cfg.store.path) != old_ship:
             self._restart_shipping()
-        self._restart_hook()
-        report = self.ledger.scan_all()
-        self.ledger.wait_for_writes()  # READY=1 follows once the backfill's sidecars are on disk
-        return report
+        self._restart_hook()  # its scan (and backfill) is the new watches' catch-up scan, before READY=1
 
     # -- change sets are hints --------------------------------------------------------------
     def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Outcome:
