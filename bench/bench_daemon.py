@@ -18,7 +18,8 @@ Generates a log with a git repository and a Claude transcript, starts
 * a warm restart: SIGTERM, then ``agentledger run`` again on the same ledger and
   sources (nothing changed meanwhile); time from start to READY=1 (target ≤ 1 s at
   10,000, issue #25), beside the floor of a process that imports the daemon's modules
-  and exits;
+  and exits; then a SIGHUP with nothing changed, time to READY=1 (the reload's scan
+  runs as its new watches' first);
 * a stop during a first scan: ``agentledger run`` on a new ledger of the same sources,
   SIGTERM half as long after ``STATUS=initial scan`` as the first start's scan took;
   time from SIGTERM to exit, 3 times (the unit's TimeoutStopSec is 30 s; the scan ends
@@ -38,6 +39,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -160,7 +162,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=30)
 
-        warm = []
+        warm, reloads = [], []
         for _ in range(3):
             sock.setblocking(True)
             started = time.perf_counter()
@@ -169,6 +171,11 @@ def main() -> None:
             while b"READY=1" not in sock.recv(65536):
                 pass
             warm.append(time.perf_counter() - started)
+            started = time.perf_counter()  # a reload (SIGHUP) with nothing changed: to READY=1
+            proc.send_signal(signal.SIGHUP)
+            while b"READY=1" not in sock.recv(65536):
+                pass
+            reloads.append(time.perf_counter() - started)
             proc.terminate()
             proc.wait(timeout=30)
         t = time.perf_counter()
@@ -199,6 +206,7 @@ def main() -> None:
             "rss_ready_mb": round(rss_ready, 1), "rss_end_mb": round(rss_end, 1),
             "warm_restart_to_ready_s": [round(w, 2) for w in warm], "imports_floor_s": round(imports, 2),
             "sigterm_in_first_scan_to_exit_s": [round(s, 2) for s in stops],
+            "reload_to_ready_s": [round(r, 2) for r in reloads],
         }
         print(f"{args.iterations} iterations: ready in {startup:.1f} s; idle CPU {idle:.3f} % over {args.idle_seconds:.0f} s")
         print(f"close → sidecar: p50 {result['close_p50_ms']} ms, p95 {result['close_p95_ms']} ms over {len(closes)}")
@@ -208,6 +216,7 @@ def main() -> None:
         print(f"RSS: {rss_ready:.0f} MB when ready, {rss_end:.0f} MB after the closes and appends")
         print(f"warm restart → READY: {', '.join(f'{w:.2f}' for w in warm)} s (start and imports alone:"
               f" {imports:.2f} s)")
+        print(f"SIGHUP, nothing changed → READY: {', '.join(f'{r:.2f}' for r in reloads)} s")
         print(f"SIGTERM {startup / 2:.1f} s into a first scan → exit: {', '.join(f'{s:.2f}' for s in stops)} s")
         if churn:
             result["churn"] = churn
