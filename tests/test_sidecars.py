@@ -143,3 +143,100 @@ def test_the_worker_processes_write_only_what_is_still_the_ledgers(tmp_path: Pat
     assert b"stale" not in (gen.log / "iter-1.score.yaml").read_bytes()
     st = (gen.log / "iter-2.score.yaml").stat()
     assert seen == [(str(gen.log / "iter-2.score.yaml"), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, sha)]
+
+
+# -- a run of writes that reuses the replaced files' inodes (output/spare.py) --------------------
+
+def _run_over(directory: Path, names: list[str], data: bytes):
+    from agentledger.output.spare import Spares
+
+    with Spares() as spares:
+        for name in names:
+            assert write_atomic(directory / name, data, durable=False, compare=False, spares=spares)
+
+
+def _sidecars(tmp_path: Path, n: int) -> list[str]:
+    names = [f"iter-{i}.score.yaml" for i in range(n)]
+    for i, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"old %d\n" % i)
+    return names
+
+
+def test_a_run_swaps_files_in_and_writes_the_next_into_the_inode_swapped_out(tmp_path: Path, monkeypatch) -> None:
+    """Replacing a file frees its inode, and freeing is what costs (output/spare.py): a run
+    frees none. Each target gets a new inode holding the new bytes; the one it had before
+    holds the next target's bytes; one temp file is made for the whole run and nothing is
+    left over."""
+    from agentledger.output import sidecars
+
+    made: list[str] = []
+    real = sidecars._temp_file
+    monkeypatch.setattr(sidecars, "_temp_file", lambda d: made.append(d) or real(d))
+    names = _sidecars(tmp_path, 5)
+    before = [(tmp_path / n).stat().st_ino for n in names]
+    _run_over(tmp_path, names, b"new\n")
+    assert len(made) == 1
+    after = [(tmp_path / n).stat().st_ino for n in names]
+    assert all((tmp_path / n).read_bytes() == b"new\n" for n in names)
+    assert all(a != b for a, b in zip(after, before))
+    assert after[1:] == before[:-1]  # the inode swapped out of one target carries the next
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # the last spare removed
+    assert all(oct((tmp_path / n).stat().st_mode & 0o777) == "0o644" for n in names)
+
+
+def test_a_file_someone_has_open_is_never_written_again(tmp_path: Path) -> None:
+    """A reader that opened the old sidecar before the swap keeps reading its bytes: the
+    kernel grants the write lease only when no other descriptor has the file open, so that
+    inode is removed, not reused (without the lease check the reader sees the next file's
+    bytes)."""
+    names = _sidecars(tmp_path, 3)
+    with open(tmp_path / names[0], "rb") as reader:
+        _run_over(tmp_path, names, b"brand new bytes, longer than the old ones\n")
+        assert reader.read() == b"old 0\n"
+        assert os.fstat(reader.fileno()).st_nlink == 0  # removed, its reader's copy intact
+    assert all((tmp_path / n).read_bytes() == b"brand new bytes, longer than the old ones\n" for n in names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_a_file_with_another_name_is_never_written_again(tmp_path: Path) -> None:
+    """A hard link elsewhere to a sidecar keeps that sidecar's bytes: a swapped-out file with
+    a second name is removed from the directory, never reused."""
+    names = _sidecars(tmp_path, 3)
+    (tmp_path / "keep").mkdir()
+    os.link(tmp_path / names[0], tmp_path / "keep" / "copy")
+    _run_over(tmp_path, names, b"new\n")
+    assert (tmp_path / "keep" / "copy").read_bytes() == b"old 0\n"
+    assert (tmp_path / "keep" / "copy").stat().st_nlink == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_another_users_file_is_never_reused(tmp_path: Path) -> None:
+    """A sidecar another user owns is replaced as before and its inode is not taken over
+    (the new file would be theirs)."""
+    names = _sidecars(tmp_path, 2)
+    os.chown(tmp_path / names[0], 65534, 65534)
+    _run_over(tmp_path, names, b"new\n")
+    assert all((tmp_path / n).stat().st_uid == 0 for n in names)  # a reused inode would keep its owner
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_a_run_makes_a_missing_file_and_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """A target that does not exist yet is renamed into place as before; a write that fails
+    after the spare was taken removes it (no temp file left in the user's directory)."""
+    from agentledger.output.spare import Spares
+
+    names = _sidecars(tmp_path, 2)
+    with Spares() as spares:
+        assert write_atomic(tmp_path / names[0], b"new\n", compare=False, spares=spares)
+        assert write_atomic(tmp_path / "iter-9.score.yaml", b"made\n", compare=False, spares=spares)
+        real = os.pwrite
+
+        def full(fd, data, offset):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(os, "pwrite", full)
+        with pytest.raises(OSError):
+            write_atomic(tmp_path / names[1], b"newer\n", compare=False, spares=spares)
+        monkeypatch.setattr(os, "pwrite", real)
+    assert (tmp_path / "iter-9.score.yaml").read_bytes() == b"made\n"
+    assert (tmp_path / names[1]).read_bytes() == b"old 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "iter-9.score.yaml"])

@@ -10,7 +10,6 @@ from ..output import sidecars
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..store.events import canonical_json, content_hash
-from ..store.projections import render_score_payload
 
 
 def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
@@ -21,9 +20,13 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | Non
     digest, key = g.digests(version, marker)
     if digest == prev:
         return None
-    payload = score_payload(score(rubrics.load(version), g.inputs()), digest, marker, key, g.window)
+    s = score(rubrics.load(version), g.inputs())
+    payload = score_payload(s, digest, marker, key, g.window)
     text = canonical_json(payload)
-    data = render_score_payload(payload)
+    # the bytes ``render_score_payload(payload)`` gives (what a rebuild renders from the
+    # stored event), from the score itself: its floats are the payload's before encoding
+    data = sidecars.render_iteration(s.iteration, s.rubric_version, s.scored, float(s.value), s.band, s.breakdown,
+                                     linked_traces_marker=bool(marker and s.linked_traces))
     return payload, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..config import IterationLogSource
 from ..output import sidecars
+from ..output.spare import Spares
 from ..process import parallel
 from ..process.parallel import pmap
 from ..store import db as store
@@ -153,8 +154,10 @@ class SidecarSync:
         than one (the directory's lock and the journal), and a writer thread beside the
         rendering waited for the GIL between its syscalls."""
         fsync, fresh = self.fsync(len(stale)), []
-        for path, data in pmap(render_stored, _stored(self.ctx.conn, prefix, stale), total=len(stale)):
-            report.sidecars_written += self.write(Path(path), data, report, fsync, fresh, compare=False)
+        with Spares() as spares:
+            for path, data in pmap(render_stored, _stored(self.ctx.conn, prefix, stale), total=len(stale)):
+                report.sidecars_written += self.write(path, data, report, fsync, fresh, compare=False,
+                                                      spares=spares)
         remember(self.ctx.conn, fresh)
 
     @contextlib.contextmanager
@@ -189,14 +192,15 @@ class SidecarSync:
             for path in self._problems().intersection(paths).difference(report.unwritten, report.still_unwritten):
                 self._solved(path)
 
-    def write(self, path: Path, data: bytes, report: Outcome, fsync: bool, seen: list | None = None, *,
-              compare: bool = True) -> int:
+    def write(self, path: Path | str, data: bytes, report: Outcome, fsync: bool, seen: list | None = None, *,
+              compare: bool = True, spares: Spares | None = None) -> int:
         """One write; the caller holds the gate (``sync``) or uses ``write_scored``.
         A refusal (a symlink at the target, a read-only directory, a full disk) is
-        noted in ``report.unwritten`` and holds nothing else up. ``seen``, ``compare``:
-        as ``write_atomic``'s."""
+        noted in ``report.unwritten`` and holds nothing else up. ``seen``, ``compare``,
+        ``spares``: as ``write_atomic``'s."""
         try:
-            written = int(sidecars.write_atomic(path, data, durable=fsync, compare=compare, seen=seen))
+            written = int(sidecars.write_atomic(path, data, durable=fsync, compare=compare, seen=seen,
+                                                spares=spares))
         except OSError as exc:
             self.failed(report, str(path), str(exc).removeprefix(f"{path}: "))
             return 0

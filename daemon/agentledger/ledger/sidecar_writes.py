@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..output import sidecars
+from ..output.spare import Spares
 from ..store import db as store
 from .context import read_state
 
@@ -86,14 +87,15 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
                 current = current_keys(conn, keys, default_version)
             except (sqlite3.Error, store.StoreError):
                 current = None
-        for path, data, durable, kind, key in items:
-            if key is not None and current is not None and key not in current:
-                superseded += 1
-                continue
-            try:
-                written[kind] += sidecars.write_atomic(path, data, durable=durable, seen=seen)
-            except OSError as exc:
-                errors.append((str(path), str(exc)))
+        with Spares() as spares:
+            for path, data, durable, kind, key in items:
+                if key is not None and current is not None and key not in current:
+                    superseded += 1
+                    continue
+                try:
+                    written[kind] += sidecars.write_atomic(path, data, durable=durable, seen=seen, spares=spares)
+                except OSError as exc:
+                    errors.append((str(path), str(exc)))
     return written, superseded, errors, seen
 
 

@@ -19,11 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..reference.fmt import format_float
 from ..reference.yamlv3.emit import dump, format_scalar
 from ..process import lifetime
 from ..scoring.breakdown import Row as BreakdownRow  # one row type from scorer to sidecar
+
+if TYPE_CHECKING:
+    from .spare import Spares
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"
@@ -92,7 +96,7 @@ def _negative_zero(r: BreakdownRow) -> bool:
 
 
 def _number(x: float) -> str:
-    text = format_float(x)
+    text = format_float(float(x))  # a weight the rubric gives as an integer prints as its float
     return _YAML_NONFINITE.get(text, text) if text[-1] in "Nf" else text
 
 
@@ -182,16 +186,19 @@ class SidecarRefused(OSError):
     pass
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool = True,
-                 seen: list | None = None) -> bool:
+def write_atomic(path: Path | str, data: bytes, *, durable: bool = True, compare: bool = True,
+                 seen: list | None = None, spares: Spares | None = None) -> bool:
     """Write ``data`` to ``path`` unless it already holds exactly that; True if written.
     ``compare=False``: the caller knows the file differs (a sync compared its sha256), so
     it is not read again first. ``seen``: the file's (path, dev, ino, size, mtime_ns,
     sha256) is appended once it holds ``data``, taken from the file this call wrote or
     read (``fstat``), so that the next sync knows it without reading it back.
+    ``spares``: a run of writes (``output/spare.py``): the new file is swapped with the
+    old one, whose inode takes the next write when nobody else can see it.
 
     A symlink (or any non-regular file) at ``path`` is refused rather than
     followed or replaced: the log directory is someone else's tree."""
+    path = os.fspath(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -206,33 +213,40 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool
                     if fh.read() == data:
                         if seen is not None:  # what was read is what this file holds
                             o = os.fstat(fd)
-                            seen.append((str(path), o.st_dev, o.st_ino, o.st_size, o.st_mtime_ns, sha256(data)))
+                            seen.append((path, o.st_dev, o.st_ino, o.st_size, o.st_mtime_ns, sha256(data)))
                         return False
             except OSError:
                 pass
-    directory = path.parent
-    fd, tmp = _temp_file(directory)
+    directory = os.path.dirname(path)
+    reused = spares.take(directory) if spares is not None else None
+    fd, tmp = reused or _temp_file(directory)
     try:
-        if data:
-            # Allocate the blocks now: a rename over an existing file makes ext4
-            # allocate any still-delayed blocks of the new one inside the rename
-            # (auto_da_alloc); up front it costs ~40% less per sidecar.
-            try:
-                os.posix_fallocate(fd, 0, len(data))
-            except OSError:
-                pass
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        try:
+            if reused is None and data and st is not None:
+                # Allocate the blocks now: a rename over an existing file makes ext4
+                # allocate any still-delayed blocks of the new one inside the rename
+                # (auto_da_alloc); up front it costs ~40% less per sidecar.
+                try:
+                    os.posix_fallocate(fd, 0, len(data))
+                except OSError:
+                    pass
+            os.fchmod(fd, 0o644)
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += os.pwrite(fd, view[done:], done)
+            if reused is not None:
+                os.ftruncate(fd, len(data))
             if durable:
-                os.fsync(fh.fileno())
+                os.fsync(fd)
             if seen is not None:  # a rename keeps the inode and the modification time
-                st = os.fstat(fh.fileno())
-                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        os.replace(tmp, path)
+                o = os.fstat(fd)
+                key = (o.st_dev, o.st_ino, o.st_size, o.st_mtime_ns)
+        finally:
+            os.close(fd)
+        if not (st is not None and spares is not None and spares.swap(tmp, path)):
+            os.replace(tmp, path)
         if seen is not None:
-            seen.append((str(path), *key, sha256(data)))
+            seen.append((path, *key, sha256(data)))
     except BaseException:
         try:
             os.unlink(tmp)
@@ -240,7 +254,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True, compare: bool
             pass
         raise
     if durable:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        dfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
@@ -354,19 +368,23 @@ class BackgroundWriter:
         with self._gate():
             keys = [it[4] for it in items if it[4] is not None]
             current = self._still_current(keys) if keys and self._still_current is not None else None
-            for path, data, durable, kind, key in items:
-                if key is not None and current is not None and key not in current:
-                    self.superseded += 1
-                    continue
-                try:
-                    fresh: list[tuple] = []
-                    written = write_atomic(path, data, durable=durable, compare=self._compare, seen=fresh)
-                    with self._lock:
-                        self.written[kind] += written
-                        self.seen += fresh
-                except OSError as exc:
-                    with self._lock:
-                        self.errors.append((str(path), str(exc)))
+            from .spare import Spares
+
+            with Spares() as spares:
+                for path, data, durable, kind, key in items:
+                    if key is not None and current is not None and key not in current:
+                        self.superseded += 1
+                        continue
+                    try:
+                        fresh: list[tuple] = []
+                        written = write_atomic(path, data, durable=durable, compare=self._compare, seen=fresh,
+                                               spares=spares)
+                        with self._lock:
+                            self.written[kind] += written
+                            self.seen += fresh
+                    except OSError as exc:
+                        with self._lock:
+                            self.errors.append((str(path), str(exc)))
 
     def wait(self) -> None:
         """Block until every write submitted so far has landed."""
