@@ -162,6 +162,8 @@ class ScoringPass:
             if result is None:
                 report.unchanged += 1
                 continue
+            # ``payload``: the fields the projection reads; the event's whole payload is its
+            # JSON text (what is stored, hashed and shipped)
             payload, payload_json, payload_hash, data, data_sha, prev = result
             it = payload["iteration"]
             yield Event("score.computed", f"{src.id}:score:{it}", src.id,

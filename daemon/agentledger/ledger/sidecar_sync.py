@@ -13,6 +13,7 @@ whatever the interleaving, the sidecars end up the active rubric's.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -24,16 +25,16 @@ from ..config import IterationLogSource
 from ..output import sidecars
 from ..output.spare import Spares
 from ..process import parallel
-from ..process.parallel import pmap
 from ..store import db as store
 from ..store.projections import session_document
-from ..store.scores import render_stored
+from ..store.scores import STORED_SQL, render_stored
 from . import sidecar_writes
 from .context import Context, read_state
 from .outcome import Outcome
 
 log = logging.getLogger("agentledger")
 AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
+RENDER_RUN = 256  # score sidecars a worker renders and writes at a time in a large sync
 
 
 class SidecarSync:
@@ -149,15 +150,29 @@ class SidecarSync:
     def _write_scores(self, prefix: str, stale: list[tuple[str, int]], report: Outcome) -> None:
         """Write the score sidecars ``stale`` names ((file name, its score event's seq)).
         When there are many (a switch back to a rubric the ledger holds, a rebuild), the
-        worker processes decode and render them (``pmap``) while this process writes,
-        one file after another: two writers renaming into one directory are slower here
-        than one (the directory's lock and the journal), and a writer thread beside the
-        rendering waited for the GIL between its syscalls."""
+        worker processes decode, render and write them, a run of ``RENDER_RUN`` each
+        (``render_run``), while this process reads the next events: a run swaps its files
+        into place and frees no inode (``output/spare.py``), so two writers in one directory
+        no longer queue behind each other's discards. This process holds the gate for
+        the whole sync; the workers take no lock."""
         fsync, fresh = self.fsync(len(stale)), []
-        with Spares() as spares:
-            for path, data in pmap(render_stored, _stored(self.ctx.conn, prefix, stale), total=len(stale)):
-                report.sidecars_written += self.write(path, data, report, fsync, fresh, compare=False,
-                                                      spares=spares)
+        pool = parallel.pool_for(len(stale))
+        if pool is None:
+            with Spares() as spares:
+                for job in _stored(self.ctx.conn, prefix, stale):
+                    path, data = render_stored(job)
+                    report.sidecars_written += self.write(path, data, report, fsync, fresh, compare=False,
+                                                          spares=spares)
+        else:
+            stored = _stored(self.ctx.conn, prefix, stale)
+            runs = ((fsync, run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), []))
+            for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs, in_flight=8):
+                report.sidecars_written += written
+                fresh += seen
+                for path, reason in failed:
+                    self.failed(report, path, reason.removeprefix(f"{path}: "))
+                for path in self._problems().intersection(p for p, *_ in seen):
+                    self._solved(path)
         remember(self.ctx.conn, fresh)
 
     @contextlib.contextmanager
@@ -326,12 +341,12 @@ class Seen:
 
 
 def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]]) -> Iterator[tuple[str, str, int, str]]:
-    """(path, type, schema version, payload) of the score events ``stale`` names ((file
-    name, seq)), 500 a query, for ``render_stored``."""
+    """(path, type, schema version, what the sidecar shows of the payload) of the score
+    events ``stale`` names ((file name, seq)), 500 a query, for ``render_stored``."""
     for at in range(0, len(stale), 500):
         part = dict((seq, name) for name, seq in stale[at:at + 500])
         for seq, kind, schema_version, payload in conn.execute(
-                "SELECT seq, type, schema_version, payload FROM events WHERE seq IN"
+                f"SELECT seq, type, schema_version, {STORED_SQL} FROM events WHERE seq IN"
                 " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)).fetchall():
             yield prefix + part[seq], kind, schema_version, payload
 

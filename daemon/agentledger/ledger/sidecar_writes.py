@@ -24,6 +24,7 @@ from pathlib import Path
 from ..output import sidecars
 from ..output.spare import Spares
 from ..store import db as store
+from ..store.scores import render_stored
 from .context import read_state
 
 
@@ -97,6 +98,24 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
                 except OSError as exc:
                     errors.append((str(path), str(exc)))
     return written, superseded, errors, seen
+
+
+def render_run(job: tuple) -> tuple[int, list[tuple[str, str]], list[tuple]]:
+    """In a worker process: one run of a large sync's stale score sidecars, (fsync,
+    [(path, event type, schema version, payload JSON)]), rendered from their events and
+    written, each swapped into place (``Spares``); the syncing process holds the gate.
+    How many were written, (path, error) of those that were not, and the ``sidecar_seen``
+    rows of those that were."""
+    fsync, items = job
+    written, errors, seen = 0, [], []
+    with Spares() as spares:
+        for item in items:
+            path, data = render_stored(item)
+            try:
+                written += sidecars.write_atomic(path, data, durable=fsync, compare=False, seen=seen, spares=spares)
+            except OSError as exc:
+                errors.append((path, str(exc)))
+    return written, errors, seen
 
 
 class PoolWriter:

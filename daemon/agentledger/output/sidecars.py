@@ -17,7 +17,6 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,22 +62,47 @@ def render_iteration(iteration: int, rubric_version: str, scored: bool, value: f
                      breakdown: Sequence[BreakdownRow], linked_traces_marker: bool = False) -> bytes:
     """``iter-N.score.yaml`` bytes (yaml.v3 layout: see ``goyaml.emit``; this is the
     same emission unrolled for the one fixed shape, since every score pays for it)."""
+    return render_iteration_rows(iteration, rubric_version, scored, value, band, rows_text(breakdown),
+                                 linked_traces_marker)
+
+
+_ROWS: dict[tuple, str] = {}  # a row's text by its fields: rows repeat a lot (same signal, detail, weights)
+ROWS_KEPT = 32768
+
+
+def rows_text(breakdown: Sequence[BreakdownRow]) -> list[str]:
+    """Each row's text (``row_text``), looked up by the row's fields as a plain tuple (a
+    frozen dataclass hashes in Python, a tuple in C). -0.0 equals 0.0 as a key but prints
+    as "-0": a row with a zero in it is checked for a negative one first."""
+    out = []
+    for r in breakdown:
+        key = (r.signal, r.label, r.present, r.sub_score, r.detail, r.nominal_weight, r.effective_weight,
+               r.contribution)
+        if 0.0 in (r.sub_score, r.nominal_weight, r.effective_weight, r.contribution) and _negative_zero(r):
+            out.append(row_text(r))
+            continue
+        text = _ROWS.get(key)
+        if text is None:
+            if len(_ROWS) >= ROWS_KEPT:
+                _ROWS.clear()
+            text = _ROWS[key] = row_text(r)
+        out.append(text)
+    return out
+
+
+def render_iteration_rows(iteration: int, rubric_version: str, scored: bool, value: float, band: str,
+                          rows: list[str], linked_traces_marker: bool = False) -> bytes:
+    """``render_iteration`` with each breakdown row's text given (``row_text``)."""
     s = format_scalar
     out = [f"iteration: {iteration}\nrubric_version: {s(rubric_version, 0)}\nscored: {s(scored, 0)}\n"
-           f"value: {s(value, 0)}\nband: {s(band, 0)}\n"]
-    if not breakdown:
-        out.append("breakdown: []\n")
-    else:
-        out.append("breakdown:\n")
-        out += [_row.__wrapped__(r) if _negative_zero(r) else _row(r) for r in breakdown]
+           f"value: {s(value, 0)}\nband: {s(band, 0)}\n", "breakdown:\n" if rows else "breakdown: []\n", *rows]
     if linked_traces_marker:
         out.append("linked_traces_to_outcomes: true\n")
     return "".join(out).encode("utf-8")
 
 
-@lru_cache(maxsize=8192)
-def _row(r: BreakdownRow) -> str:
-    """One breakdown row; rows repeat a lot across iterations (same signal, detail, weights)."""
+def row_text(r: BreakdownRow) -> str:
+    """One breakdown row's lines."""
     s, n = format_scalar, _number
     text = (f"    - signal: {s(r.signal, 4)}\n      label: {s(r.label, 4)}\n"
             f"      present: {'true' if r.present else 'false'}\n      sub_score: {n(r.sub_score)}\n")
@@ -87,6 +111,7 @@ def _row(r: BreakdownRow) -> str:
     return text + (f"      nominal_weight: {n(r.nominal_weight)}\n"
                    f"      effective_weight: {n(r.effective_weight)}\n"
                    f"      contribution: {n(r.contribution)}\n")
+
 
 
 def _negative_zero(r: BreakdownRow) -> bool:

@@ -43,8 +43,9 @@ class Projector:
         # in dispatch and flush order; sessions last: they summarise what the others wrote
         self.quarantine = QuarantineFamily(conn)
         self.iterations = IterationFamily(conn, self.touched, self.sessions)
+        self.scores = ScoreFamily(conn, self.sessions)
         self.families = (self.quarantine, self.iterations,
-                         TranscriptFamily(conn, self.touched), ScoreFamily(conn, self.sessions), self.trials,
+                         TranscriptFamily(conn, self.touched), self.scores, self.trials,
                          TrajectoryFamily(conn), DetectionFamily(conn), self.sessions)
         self.handlers: dict[str, list[Callable[[Event, dict[str, Any]], None]]] = {}
         for family in self.families:
@@ -63,7 +64,7 @@ class Projector:
     def apply_many(self, events: list[Event]) -> None:
         """``apply`` each, in order. A run of ``iteration.recorded`` events of one source
         (a scan commits the records of a directory together) is projected by its two
-        families in a few statements; what they leave is what applying them one by one
+        families in a few statements, a run of ``score.computed`` events in one; what they leave is what applying them one by one
         leaves (``rebuild`` does that: test_rebuild_reproduces_projections_and_sidecars)."""
         i = 0
         while i < len(events):
@@ -75,8 +76,13 @@ class Projector:
                        and events[j].payload["file"] not in files):
                     files.add(events[j].payload["file"])
                     j += 1
+            elif ev.type == "score.computed":  # a scoring pass's batch: one statement
+                while j < len(events) and events[j].type == "score.computed":
+                    j += 1
             if j - i < 2:
                 self.apply(ev)
+            elif ev.type == "score.computed":
+                self.scores.scores_computed(events[i:j])
             else:
                 run = events[i:j]
                 self.quarantine.resolve_many([(e.seq, e.source, e.payload["file"]) for e in run])
