@@ -24,9 +24,11 @@ file and reads the ledger's checkpoints; for the cold ingest, one that parses ev
 of the log with libyaml, makes one ``git log`` of the history, inserts a row a file and a
 row an iteration in one transaction and writes a new file an iteration (temp file and
 rename); for the backfill, one that reads every record and every score payload from the
-ledger, inserts a row a score in one transaction and replaces a file an iteration; for
-the switch back, the same without the records and the transaction. Peak RSS of each
-command is printed too.
+ledger, inserts a row a score in one transaction and replaces a file an iteration, as a
+bulk pass of agentledger replaces them (the new file swapped into place with
+``renameat2(RENAME_EXCHANGE)``, the old one's inode written again for the next, once a
+write lease shows nobody has it open: ``output/spare.py``); for the switch back, the
+same without the records and the transaction. Peak RSS of each command is printed too.
 """
 
 from __future__ import annotations
@@ -119,8 +121,9 @@ for n, v in records:
 """
 
 SWITCH_FLOOR = r"""
-import os, sqlite3, sys
+import ctypes, fcntl, os, sqlite3, sys
 log, db, score = sys.argv[1:]
+renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
 c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
 if score == "score":
     c.execute("SELECT record FROM iteration_records").fetchall()
@@ -131,11 +134,20 @@ if score == "score":
     out.execute("CREATE TABLE IF NOT EXISTS s (k INTEGER PRIMARY KEY, v TEXT)")
     with out:
         out.executemany("INSERT INTO s (v) VALUES (?)", [(p,) for _, p in rows])
-for it, payload in rows:
-    tmp = os.path.join(log, f".floor-{it}")
-    with open(tmp, "wb") as f:
-        f.write(payload[:1800].encode())
-    os.rename(tmp, os.path.join(log, f"iter-{it}.floor.yaml"))
+tmp = os.path.join(log, ".floor-spare").encode()
+fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+for it, payload in rows:  # each file swapped into place, the old one's inode taken for the next
+    data = payload[:1800].encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+    os.close(fd)
+    renameat2(-100, tmp, -100, os.path.join(log, f"iter-{it}.floor.yaml").encode(), 2)
+    fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW)
+    os.fstat(fd)
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+os.close(fd)
+os.unlink(tmp)
 """
 
 

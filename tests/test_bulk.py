@@ -203,21 +203,24 @@ def test_a_pool_that_breaks_mid_stream_loses_no_item(monkeypatch, breaks_at: str
        st.booleans(), floats, st.booleans(), st.booleans(), st.sampled_from([1, 2]))
 def test_a_stored_score_renders_as_its_payload_does(rows, scored, value, marker, linked, version) -> None:
     """A bulk sync renders from what SQLite takes out of the stored payload, rows looked up
-    by their stored values (``render_stored``); the bytes are ``render_score_payload``'s of
-    the whole payload, negative zeros, non-finite numbers and rows seen before included."""
+    by their stored JSON (``render_stored``); the bytes are ``render_score_payload``'s of
+    the whole payload, negative zeros, non-finite numbers, odd strings and rows seen
+    before included."""
     import sqlite3
 
     from agentledger.ledger.score_job import score_payload
     from agentledger.scoring.combine import Score
     from agentledger.store.events import canonical_json, upcast
-    from agentledger.store.scores import STORED_SQL, render_score_payload, render_stored
+    from agentledger.store.scores import STORED_SQL, render_score_payload, render_stored, stored_job
 
     s = Score(7, "2.1.0", scored, value, "good", tuple(BreakdownRow(*r) for r in rows), (), linked)
     payload = score_payload(s, "sha256:x", marker, "k", None)
     if version == 1:
         del payload["window"]
     text = canonical_json(payload)
-    fields = sqlite3.connect(":memory:").execute(f"SELECT {STORED_SQL} FROM (SELECT ? AS payload)", (text,)).fetchone()[0]
+    fields = sqlite3.connect(":memory:").execute(f"SELECT {STORED_SQL} FROM (SELECT ? AS payload)", (text,)).fetchone()
+    job = stored_job("p", "score.computed", version, *fields, lambda: text)
+    assert len(job) == (3 if version == 2 else 4)  # the short way for the current version
     want = render_score_payload(upcast("score.computed", version, json.loads(text)))
     for _ in range(2):  # the second time, every row comes from the lookup
-        assert render_stored(("p", "score.computed", version, fields)) == ("p", want)
+        assert render_stored(job) == ("p", want)

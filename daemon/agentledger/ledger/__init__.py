@@ -4,7 +4,11 @@
 one job and a module of its own (docs/architecture.md has the map).
 """
 
+from ..process import parallel
 from .facade import Ledger
 from .outcome import Outcome, Progress, SourceError
+
+# the modules of the ledger's worker jobs: observing files, scoring, writing sidecars
+parallel.preload("agentledger.ledger.iterlogs", "agentledger.ledger.score_job", "agentledger.ledger.sidecar_writes")
 
 __all__ = ["Ledger", "Outcome", "Progress", "SourceError"]

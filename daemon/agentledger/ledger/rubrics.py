@@ -15,6 +15,7 @@ import sqlite3
 from dataclasses import replace
 
 from ..config import Config
+from ..process import parallel
 from ..scoring import rubric as rubric_data
 from ..store.events import Event
 from . import commit
@@ -146,6 +147,7 @@ class Rubrics:
     def _backfill(self, src, reuse: str | None, count: int, progress: Progress | None) -> Outcome:
         """One source's part of ``backfill``; it also consumes the planner's queue, so
         no pass after it needs to look at this source again."""
+        parallel.prestart(count)  # the workers start while the planner looks
         with self.ctx.repo(src).one_view():
             todo = set(self.planner.affected(src)) | set(self.scoring.unverified(src))
             finish = functools.partial(self.planner.record_trunk_rows, src)

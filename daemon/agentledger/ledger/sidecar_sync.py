@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from ..config import IterationLogSource
@@ -26,8 +26,8 @@ from ..output import sidecars
 from ..output.spare import Spares
 from ..process import parallel
 from ..store import db as store
-from ..store.projections import session_document
-from ..store.scores import STORED_SQL, render_stored
+from ..store.projections import session_document, session_rows
+from ..store.scores import STORED_SQL, render_stored, stored_job
 from . import sidecar_writes
 from .context import Context, read_state
 from .outcome import Outcome
@@ -123,7 +123,6 @@ class SidecarSync:
                 stale.append((name, seq))
             elif path in problems:  # fixed by hand meanwhile
                 self._solved(path)
-        self._write_scores(seen.prefix, stale, report)
         sql = ("SELECT session_id, sidecar, sidecar_sha256, " + Seen.RECORDED + " FROM sessions s"
                " LEFT JOIN sidecar_seen k ON k.path = ? || s.sidecar WHERE source = ? AND rubric_version = ?"
                " AND sidecar IS NOT NULL")
@@ -137,24 +136,35 @@ class SidecarSync:
             sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
                     % ",".join("?" * len(iterations)))
             sargs += [src.id, *iterations]
-        stale = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
-                 and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"], tuple(r)[3:])]
+        sessions = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
+                    and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
-        with self._writing(len(stale), report, "sessions_written") as write:
-            for r in stale:
-                data = session_document(conn, src.id, r["session_id"], version)
-                if data is not None:
-                    write(src.path / r["sidecar"], data)
+        fresh: list[tuple] = []
+        with Spares() as spares:
+            def write_sessions() -> Iterator[None]:  # one a step, between the workers' results
+                fsync = self.fsync(len(sessions))
+                rows = session_rows(conn, src.id, version) if len(sessions) > AUTO_FSYNC_MAX else None
+                for r in sessions:
+                    data = session_document(conn, src.id, r["session_id"], version,
+                                            None if rows is None else rows.get(r["session_id"], []))
+                    if data is not None:
+                        report.sessions_written += self.write(seen.path(r["sidecar"]), data, report, fsync, fresh,
+                                                              compare=False, spares=spares)  # known to differ
+                    yield
+            self._write_scores(seen.prefix, stale, report, write_sessions(), len(sessions))
+        remember(conn, fresh)
         return report
 
-    def _write_scores(self, prefix: str, stale: list[tuple[str, int]], report: Outcome) -> None:
-        """Write the score sidecars ``stale`` names ((file name, its score event's seq)).
-        When there are many (a switch back to a rubric the ledger holds, a rebuild), the
-        worker processes decode, render and write them, a run of ``RENDER_RUN`` each
-        (``render_run``), while this process reads the next events: a run swaps its files
-        into place and frees no inode (``output/spare.py``), so two writers in one directory
-        no longer queue behind each other's discards. This process holds the gate for
-        the whole sync; the workers take no lock."""
+    def _write_scores(self, prefix: str, stale: list[tuple[str, int]], report: Outcome,
+                      alongside: Iterator[None], steps: int) -> None:
+        """Write the score sidecars ``stale`` names ((file name, its score event's seq)),
+        and take the ``steps`` steps of ``alongside`` (the session sidecars). When there
+        are many (a switch back to a rubric the ledger holds, a rebuild), the worker
+        processes decode, render and write them, a run of ``RENDER_RUN`` each
+        (``render_run``), while this process reads the next events and takes its steps
+        between their results: a run swaps its files into place and frees no inode
+        (``output/spare.py``), so two writers in one directory do not wait for each
+        other. This process holds the gate for the whole sync; the workers take no lock."""
         fsync, fresh = self.fsync(len(stale)), []
         pool = parallel.pool_for(len(stale))
         if pool is None:
@@ -166,46 +176,19 @@ class SidecarSync:
         else:
             stored = _stored(self.ctx.conn, prefix, stale)
             runs = ((fsync, run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), []))
-            for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs, in_flight=8):
+            per_result = -(-steps // -(-len(stale) // RENDER_RUN))
+            for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs):
                 report.sidecars_written += written
                 fresh += seen
                 for path, reason in failed:
                     self.failed(report, path, reason.removeprefix(f"{path}: "))
                 for path in self._problems().intersection(p for p, *_ in seen):
                     self._solved(path)
+                for _ in itertools.islice(alongside, per_result):
+                    pass
+        for _ in alongside:
+            pass
         remember(self.ctx.conn, fresh)
-
-    @contextlib.contextmanager
-    def _writing(self, count: int, report: Outcome, kind: str) -> Iterator[Callable[[Path, bytes], None]]:
-        """A ``write(path, data)`` for ``count`` sidecars of one kind, counted in ``report``.
-
-        Up to ``AUTO_FSYNC_MAX`` they are written here, one by one. More (a backfill, a
-        switch back, a rebuild) go to a writer thread while this one renders the next:
-        a write is mostly kernel time (the rename over the old file), which releases the
-        GIL, so rendering and writing overlap instead of adding up. The caller holds the
-        gate for the whole sync, so the thread takes no lock and asks nothing (it only
-        ever writes what this sync read from the ledger under that lock)."""
-        fsync = self.fsync(count)
-        if count <= AUTO_FSYNC_MAX:
-            fresh: list[tuple] = []
-
-            def write(path: Path, data: bytes) -> None:
-                setattr(report, kind, getattr(report, kind) + self.write(path, data, report, fsync, fresh))
-            yield write
-            remember(self.ctx.conn, fresh)
-            return
-        writer, paths = sidecars.BackgroundWriter(compare=False), []  # each one differs: ``Seen.holds``
-
-        def submit(path: Path, data: bytes) -> None:
-            paths.append(str(path))
-            writer.submit(path, data, fsync, kind)
-        try:
-            yield submit
-        finally:
-            writer.close()
-            report.add(self.writes_outcome(*writer.take()))
-            for path in self._problems().intersection(paths).difference(report.unwritten, report.still_unwritten):
-                self._solved(path)
 
     def write(self, path: Path | str, data: bytes, report: Outcome, fsync: bool, seen: list | None = None, *,
               compare: bool = True, spares: Spares | None = None) -> int:
@@ -340,15 +323,16 @@ class Seen:
         self.fresh = []
 
 
-def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]]) -> Iterator[tuple[str, str, int, str]]:
-    """(path, type, schema version, what the sidecar shows of the payload) of the score
-    events ``stale`` names ((file name, seq)), 500 a query, for ``render_stored``."""
+def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]]) -> Iterator[tuple]:
+    """``render_stored``'s jobs for the score events ``stale`` names ((file name, seq)),
+    500 a query."""
     for at in range(0, len(stale), 500):
         part = dict((seq, name) for name, seq in stale[at:at + 500])
-        for seq, kind, schema_version, payload in conn.execute(
+        for seq, kind, schema_version, *fields in conn.execute(
                 f"SELECT seq, type, schema_version, {STORED_SQL} FROM events WHERE seq IN"
                 " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)).fetchall():
-            yield prefix + part[seq], kind, schema_version, payload
+            yield stored_job(prefix + part[seq], kind, schema_version, *fields,
+                             lambda seq=seq: conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0])
 
 
 def remember(conn: sqlite3.Connection, rows: list[tuple]) -> None:

@@ -20,14 +20,14 @@ from .events import Event
 from .iterations import IterationFamily
 from .quarantine import QuarantineFamily
 from .scores import ScoreFamily, render_score_payload
-from .sessions import SessionFamily, session_document, session_summary
+from .sessions import SessionFamily, session_document, session_rows, session_summary
 from .touched import Touched
 from .trajectories import TrajectoryFamily
 from .transcripts import TranscriptFamily
 from .trials import PreparedTrials, TrialFamily, trial_row
 
 __all__ = ["PROJECTION_TABLES", "PreparedTrials", "Touched", "rebuild", "render_score_payload",
-           "session_document", "session_summary", "trial_row"]
+           "session_document", "session_rows", "session_summary", "trial_row"]
 
 
 class Projector:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..jsonnum import decode_float
 from ..output import sidecars
-from .events import Event, canonical_json, upcast
+from .events import CURRENT, Event, canonical_json, upcast
 from .sessions import SessionFamily, real
 
 
@@ -38,38 +38,52 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
     )
 
 
-# what of a ``score.computed`` payload its sidecar shows: a bulk sync reads only these
-# (``STORED_SQL``: a JSON array of them, taken from the stored payload by SQLite), about
-# half of the payload's text (the integrity pairs are the rest)
-RENDERED = ("iteration", "rubric_version", "scored", "value", "band", "breakdown", "marker", "linked_traces")
-STORED_SQL = "json_extract(payload, " + ", ".join(f"'$.{k}'" for k in RENDERED) + ")"
-_ROWS: dict[tuple, str] = {}  # a breakdown row's text by its stored values (rows repeat a lot)
+# What of a ``score.computed`` payload its sidecar shows, as a bulk sync reads it
+# (``STORED_SQL``, taken out of the stored payload by SQLite): the header's fields as a
+# JSON array, then each breakdown row's JSON text (as SQLite writes it: numbers as
+# stored) joined by \x1e (JSON escapes every control character in a string), and the
+# rows' positions, to check they came in order (an aggregate's order is SQLite's to pick).
+HEADER = ("iteration", "rubric_version", "scored", "value", "band", "marker", "linked_traces")
+STORED_SQL = ("json_extract(payload, " + ", ".join(f"'$.{k}'" for k in HEADER) + "),"
+              " (SELECT group_concat(value, char(30)) FROM json_each(payload, '$.breakdown')),"
+              " (SELECT group_concat(key) FROM json_each(payload, '$.breakdown'))")
+_ROWS: dict[str, str] = {}  # a breakdown row's text by its stored JSON (rows repeat a lot)
+_IN_ORDER = [",".join(map(str, range(n))) for n in range(64)]
+CURRENT_SCORE = CURRENT["score.computed"]
 
 
-def render_stored(job: tuple[str, str, int, str]) -> tuple[str, bytes]:
-    """(path, event type, schema version, ``STORED_SQL`` of a stored ``score.computed``
-    event) -> (path, its sidecar's bytes), as ``render_score_payload`` renders them: a
-    bulk sync (a switch back to a rubric the ledger holds, a rebuild) renders in the
-    worker processes. Rows are looked up by their stored values; a payload with a
-    negative zero in it (``-0.0`` equals ``0.0`` as a key, and prints as ``-0``) takes
-    the long way."""
-    path, type_, version, fields = job
-    p = upcast(type_, version, dict(zip(RENDERED, json.loads(fields))))
-    if "-0.0" in fields:
-        return path, render_score_payload(p)
+def stored_job(path: str, type_: str, version: int, header: str, rows: str | None, keys: str | None,
+               payload: Callable[[], str]) -> tuple:
+    """What ``render_stored`` takes for one stored score (a row of ``STORED_SQL``): the
+    whole payload only where the short way cannot be taken (an older payload version,
+    rows out of order)."""
+    n = rows.count("\x1e") + 1 if rows else 0
+    if version == CURRENT_SCORE and (keys or "") == (_IN_ORDER[n] if n < len(_IN_ORDER) else None):
+        return path, header, rows
+    return path, type_, version, payload()
+
+
+def render_stored(job: tuple) -> tuple[str, bytes]:
+    """A ``stored_job`` -> (path, its sidecar's bytes), as ``render_score_payload``
+    renders them: a bulk sync (a switch back to a rubric the ledger holds, a rebuild)
+    renders in the worker processes. Each row is looked up by its stored JSON (a row
+    with -0.0 is another text than one with 0.0) and decoded only when new."""
+    if len(job) == 4:
+        path, type_, version, payload = job
+        return path, render_score_payload(upcast(type_, version, json.loads(payload)))
+    path, header, rows = job
+    p = dict(zip(HEADER, json.loads(header)))
     texts = []
-    for r in p["breakdown"]:
-        key = (r["signal"], r["label"], r["present"], r["sub_score"], r["detail"], r["nominal_weight"],
-               r["effective_weight"], r["contribution"])
-        text = _ROWS.get(key)
+    for row in rows.split("\x1e") if rows else ():
+        text = _ROWS.get(row)
         if text is None:
             if len(_ROWS) >= sidecars.ROWS_KEPT:
                 _ROWS.clear()
-            text = _ROWS[key] = sidecars.row_text(_breakdown_rows({"breakdown": [r]})[0])
+            text = _ROWS[row] = sidecars.row_text(_breakdown_rows({"breakdown": [json.loads(row)]})[0])
         texts.append(text)
     return path, sidecars.render_iteration_rows(
         p["iteration"], p["rubric_version"], p["scored"], decode_float(p["value"]), p["band"], texts,
-        bool(p.get("marker") and p.get("linked_traces")))
+        bool(p["marker"] and p["linked_traces"]))
 
 
 class ScoreFamily:

@@ -131,16 +131,29 @@ def _summarize(rows, band_of) -> tuple[list[sidecars.SessionEntry], bool, float,
     return entries, scored, value, band
 
 
-def session_summary(conn: sqlite3.Connection, source: str, session_id: str, version: str):
-    """(entries, scored, value, band) of a session under one rubric, None if it has none."""
-    rows = conn.execute(_SESSION_ROWS + " AND i.session_id = ? ORDER BY i.iteration",
-                        (version, source, session_id)).fetchall()
+def session_summary(conn: sqlite3.Connection, source: str, session_id: str, version: str, rows=None):
+    """(entries, scored, value, band) of a session under one rubric, None if it has none.
+    ``rows``: its rows as ``session_rows`` gave them (else read here)."""
+    if rows is None:
+        rows = conn.execute(_SESSION_ROWS + " AND i.session_id = ? ORDER BY i.iteration",
+                            (version, source, session_id)).fetchall()
     return _summarize(rows, rubrics.load(version).band) if rows else None
 
 
-def session_document(conn: sqlite3.Connection, source: str, session_id: str, version: str) -> bytes | None:
-    """The session sidecar bytes the ledger stands for (None: no session, or an unsafe id)."""
-    summary = session_summary(conn, source, session_id, version)
+def session_rows(conn: sqlite3.Connection, source: str, version: str) -> dict[str, list]:
+    """Every session's rows under one rubric, in one query (a sync of hundreds of session
+    sidecars asked once a session)."""
+    out: dict[str, list] = {}
+    for r in conn.execute(_SESSION_ROWS + " ORDER BY i.session_id, i.iteration", (version, source)):
+        out.setdefault(r[0], []).append(r)
+    return out
+
+
+def session_document(conn: sqlite3.Connection, source: str, session_id: str, version: str,
+                     rows=None) -> bytes | None:
+    """The session sidecar bytes the ledger stands for (None: no session, or an unsafe id);
+    ``rows``: as ``session_summary``'s."""
+    summary = session_summary(conn, source, session_id, version, rows)
     if summary is None or sidecars.unsafe_session_id(session_id) is not None:
         return None
     entries, scored, value, band = summary
