@@ -17,6 +17,7 @@ from ..config import IterationLogSource, VallySource
 from ..process.parallel import pmap
 from ..sources.iterlogs import files as S
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
+from ..store.iterations import projected
 from ..store.log import FileCheckpoint
 from ..store.touched import Touched
 from . import commit
@@ -156,8 +157,9 @@ class IterationLogs:
         100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
-        for obs in pmap(_observe_job, jobs):
+        for job, obs in zip(jobs, pmap(_observe_job, jobs)):
             if obs is not None:
+                obs.cand = job[1]  # (not sent back: its paths cost more to unpickle than the rest)
                 report.files_read += obs.digest is not None and not obs.unchanged
                 cp = cps.get(obs.cand.rel)
                 obs.prev = cp["content_hash"] if cp is not None else None
@@ -206,5 +208,14 @@ def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidat
     return out
 
 
-def _observe_job(job: tuple) -> S.Observation | None:  # in a worker process for bulk work
-    return S.observe(*job)
+def _observe_job(job: tuple) -> S.Observation | None:
+    """One candidate observed, in a worker process for bulk work; what crosses back is what
+    the committing process reads: its record events' payloads as their family projects
+    them (``projected``: the records stay in the events' JSON text), and no candidate
+    (``_observe`` has it)."""
+    obs = S.observe(*job)
+    if obs is not None:
+        for ev in obs.events:
+            projected(ev)
+        obs.cand = None  # type: ignore[assignment]
+    return obs

@@ -35,6 +35,19 @@ _BEST = "kind = 'dedicated' DESC, CASE WHEN kind = 'dedicated' THEN file END DES
 _ARTIFACT_KINDS = ("verifier_result", "review_decision", "tasks")
 
 
+def projected(ev: Event) -> None:
+    """Keep in a record event's in-memory payload only what this family's handlers read of
+    it (the file, each record's iteration): the records themselves are taken out of the
+    stored payload by SQLite. A parsing worker does this once the event's JSON text
+    (``extra['json']``: what is stored and hashed) is made, so the committing process does
+    not unpickle every record (~95 us a file at 10,000 iterations)."""
+    p = ev.payload
+    if ev.type == "iteration.recorded":
+        ev.payload = {"file": p["file"], "record": {"iteration": p["record"]["iteration"]}}
+    elif ev.type == "historical.recorded":
+        ev.payload = {"file": p["file"], "records": [{"iteration": r["iteration"]} for r in p["records"]]}
+
+
 class IterationFamily:
     tables = ("record_files", "iterations", "hook_outcomes", "labels", "artifacts")
 

@@ -107,9 +107,7 @@ class Batch:
         new = append_many(self.conn, events)
         if imported and new:
             self._imported(new)
-        apply = self._projector.apply
-        for ev in new:
-            apply(ev)
+        self._projector.apply_many(new)
         if checkpoint is not None:
             checkpoint.save(self.conn, new[-1].seq if new else None)
         return new
