@@ -100,16 +100,24 @@ class ScoringPass:
 
     def _parts(self, src: IterationLogSource, iterations: list[int] | None) -> list[list[int] | None]:
         """The iterations to gather together: all at once (None: the whole log) up to
-        ``GATHER_CHUNK``, else consecutive runs of that many (each gathers as a partial
-        log: its transcript windows start where the iteration before it ends)."""
+        ``GATHER_CHUNK``, else consecutive runs of ``FIRST_PART``, twice that, … up to
+        ``GATHER_CHUNK`` (each gathers as a partial log: its transcript windows start where
+        the iteration before it ends)."""
         if iterations is not None and len(iterations) <= GATHER_CHUNK:
             return [iterations]
         its = sorted(iterations) if iterations is not None else [r[0] for r in self.ctx.conn.execute(
             "SELECT iteration FROM iterations WHERE source = ? ORDER BY iteration", (src.id,))]
         if iterations is None and len(its) <= GATHER_CHUNK:
             return [None]
-        # a short first part: the workers wait for nothing but it to start scoring
-        return [its[:FIRST_PART]] + [its[i:i + GATHER_CHUNK] for i in range(FIRST_PART, len(its), GATHER_CHUNK)]
+        # a short first part: the workers wait for nothing but it to start scoring; then each
+        # part twice the last (up to GATHER_CHUNK), so that gathering the next part takes
+        # no longer than the workers' queued chunks of this one (a part of 5,000 right after
+        # the first 1,000 left them idle ~0.3 s at 10,000)
+        parts, at, size = [], 0, FIRST_PART
+        while at < len(its):
+            parts.append(its[at:at + size])
+            at, size = at + size, min(2 * size, GATHER_CHUNK)
+        return parts
 
     def _count(self, src: IterationLogSource) -> int:
         return self.ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
@@ -173,8 +181,8 @@ class ScoringPass:
 
 
 SWEEP_FROM = 8  # a pass of more iterations than this removes killed writers' temp files first
-GATHER_CHUNK = 5000  # iterations whose inputs are gathered together
-FIRST_PART = 1000  # ... but the first part of a pass in parts: ~0.1 s at 10,000 iterations, not ~0.5
+GATHER_CHUNK = 5000  # iterations whose inputs are gathered together, at most
+FIRST_PART = 1000  # ... the first part of a pass in parts (~0.1 s at 10,000 iterations), each next twice the last
 
 
 def _batches(events: Iterator[Event]) -> Iterator[list[Event]]:

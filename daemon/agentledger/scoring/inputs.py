@@ -70,10 +70,16 @@ FACTS = ("trunk", "hook", "labels", "verifier_artifacts", "review_artifact", "la
 
 def digests_of(rubric_version: str, marker: bool, record_json: str, facts: dict[str, object]) -> tuple[str, str]:
     """``ScoringInputs.digests`` from the record's stored JSON and the other inputs, with
-    no ``Record`` decoded: a pass learns which iterations changed before decoding any."""
-    parts = _parts_of(record_json, facts)
+    no ``Record`` decoded: a pass learns which iterations changed before decoding any.
+    The two hashes share every part but the first: each part is encoded once."""
+    tail = b"".join(p.encode("utf-8") + b"\x00" for p in _parts_of(record_json, facts))
     tag = "+marker" if marker else ""
-    return _hash(f"{rubric_version}{tag}", parts), _hash(tag, parts)
+    return _hash_tail(f"{rubric_version}{tag}", tail), _hash_tail(tag, tail)
+
+
+def _hash_tail(first: str, tail: bytes) -> str:
+    """``_hash(first, parts)`` given the parts as ``digests_of`` joins them."""
+    return "sha256:" + hashlib.sha256(first.encode("utf-8") + b"\x00" + tail).hexdigest()
 
 
 def _parts_of(record_json: str, f: dict[str, object]) -> tuple[str, ...]:
@@ -99,4 +105,4 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # json.d
 
 
 def _dump(value: object) -> str:
-    return _ENCODER.encode(value)
+    return "null" if value is None else _ENCODER.encode(value)  # most facts are absent: no encoder call
