@@ -240,3 +240,21 @@ def test_a_run_makes_a_missing_file_and_a_failed_write_leaves_nothing(tmp_path: 
     assert (tmp_path / "iter-9.score.yaml").read_bytes() == b"made\n"
     assert (tmp_path / names[1]).read_bytes() == b"old 1\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "iter-9.score.yaml"])
+
+
+def test_without_renameat2_a_run_renames_as_before(tmp_path: Path, monkeypatch) -> None:
+    """Where the call is missing (another libc, a file system that refuses the exchange),
+    every write of a run still lands, by temp file and rename, and nothing is left over."""
+    from agentledger.output import spare
+
+    from agentledger.output import sidecars
+
+    monkeypatch.setattr(spare, "_renameat2", lambda: None)
+    made: list[str] = []
+    real = sidecars._temp_file
+    monkeypatch.setattr(sidecars, "_temp_file", lambda d: made.append(d) or real(d))
+    names = _sidecars(tmp_path, 3)
+    _run_over(tmp_path, names, b"new\n")
+    assert len(made) == 3  # a temp file a write: nothing swapped, nothing reused
+    assert all((tmp_path / n).read_bytes() == b"new\n" for n in names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)

@@ -38,12 +38,14 @@ _RENAME_EXCHANGE = 2
 @functools.cache
 def _renameat2():
     """libc's ``renameat2`` through ctypes (the standard library has no binding), or
-    None where there is none. ctypes is imported only by a bulk pass that writes."""
+    None where there is none. ctypes is imported only by a bulk pass that writes; its
+    import needs no writable and executable memory (checked under PR_SET_MDWE, what the
+    units' MemoryDenyWriteExecute sets), and any failure of it means the ordinary path."""
     try:
         import ctypes
 
         fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError, ImportError):
+    except Exception:  # noqa: BLE001 - no ctypes, no libc symbol, no memory for it: rename as before
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     fn.restype = ctypes.c_int
