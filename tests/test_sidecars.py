@@ -258,3 +258,31 @@ def test_without_renameat2_a_run_renames_as_before(tmp_path: Path, monkeypatch) 
     assert len(made) == 3  # a temp file a write: nothing swapped, nothing reused
     assert all((tmp_path / n).read_bytes() == b"new\n" for n in names)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_a_directory_put_at_the_target_during_a_write_is_put_back(tmp_path: Path, monkeypatch) -> None:
+    """A race: the target becomes a directory between the writer's look at it and the
+    swap. The swap is undone (the directory stays where it was put, the temp file is
+    removed) and the write fails, as a rename over a directory does."""
+    import shutil
+
+    from agentledger.output import spare
+
+    names = _sidecars(tmp_path, 1)
+    target = tmp_path / names[0]
+    real = spare._renameat2()
+    raced: list[bool] = []
+
+    def racing_exchange(old, old_path, new, new_path, flags):
+        if not raced:  # the first exchange: someone swaps a directory in just before it
+            raced.append(True)
+            target.unlink()
+            target.mkdir()
+            (target / "inside").write_text("keep")
+        return real[0](old, old_path, new, new_path, flags)
+    monkeypatch.setattr(spare, "_renameat2", lambda: (racing_exchange, real[1]))
+    with pytest.raises(IsADirectoryError):
+        _run_over(tmp_path, names, b"new\n")
+    assert target.is_dir() and (target / "inside").read_text() == "keep"
+    assert [p.name for p in tmp_path.iterdir()] == [names[0]]
+    shutil.rmtree(target)

@@ -244,7 +244,7 @@ def write_atomic(path: Path | str, data: bytes, *, durable: bool = True, compare
                 pass
     directory = os.path.dirname(path)
     reused = spares.take(directory) if spares is not None else None
-    fd, tmp = reused or _temp_file(directory)
+    fd, tmp = reused[:2] if reused else _temp_file(directory)
     try:
         try:
             if reused is None and data and st is not None:
@@ -255,11 +255,12 @@ def write_atomic(path: Path | str, data: bytes, *, durable: bool = True, compare
                     os.posix_fallocate(fd, 0, len(data))
                 except OSError:
                     pass
-            os.fchmod(fd, 0o644)
+            if reused is None or stat.S_IMODE(reused[2].st_mode) != 0o644:
+                os.fchmod(fd, 0o644)
             view, done = memoryview(data), 0
             while done < len(data):
                 done += os.pwrite(fd, view[done:], done)
-            if reused is not None:
+            if reused is not None and reused[2].st_size > len(data):
                 os.ftruncate(fd, len(data))
             if durable:
                 os.fsync(fd)

@@ -57,7 +57,7 @@ class Spares:
     removed when the run ends (``close``, or the ``with`` block)."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[int, str]] = {}
+        self._held: dict[str, tuple[int, str, os.stat_result]] = {}
         self.exchanges = _renameat2() is not None  # False once the file system refuses the call
         self.leases = True  # False once the kernel refuses leases here (not EAGAIN: "in use")
 
@@ -67,9 +67,9 @@ class Spares:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def take(self, directory: str) -> tuple[int, str] | None:
+    def take(self, directory: str) -> tuple[int, str, os.stat_result] | None:
         """A temp file in ``directory`` to write the next sidecar into (its descriptor,
-        open for writing, and its name), or None: make a new one."""
+        open for writing, its name and its stat), or None: make a new one."""
         return self._held.pop(directory, None)
 
     def swap(self, tmp: str, path: str) -> bool:
@@ -88,16 +88,15 @@ class Spares:
                 return False
             raise OSError(err, os.strerror(err), path)
         try:
-            st = os.lstat(tmp)
-        except FileNotFoundError:
-            return True
-        if stat.S_ISDIR(st.st_mode):  # a directory swapped in at the target since its lstat: put it back
+            self._keep(os.path.dirname(tmp), tmp)
+        except IsADirectoryError:  # a directory swapped in at the target since its lstat: put it back
             fn(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE)
-            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-        self._keep(os.path.dirname(tmp), tmp)
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path) from None
         return True
 
     def _keep(self, directory: str, tmp: str) -> None:
+        """Keep the file now at ``tmp`` for the next write, or remove it; a directory
+        there raises ``IsADirectoryError`` (opening it for writing, or unlinking it)."""
         fd = -1
         try:
             if self.leases and directory not in self._held:
@@ -111,8 +110,10 @@ class Spares:
                         if exc.errno != errno.EAGAIN:
                             self.leases = False
                     else:
-                        self._held[directory] = (fd, tmp)
+                        self._held[directory] = (fd, tmp, st)
                         return
+        except IsADirectoryError:
+            raise
         except OSError:
             pass
         if fd >= 0:
@@ -124,7 +125,7 @@ class Spares:
 
     def close(self) -> None:
         held, self._held = self._held, {}
-        for fd, tmp in held.values():
+        for fd, tmp, _ in held.values():
             os.close(fd)
             try:
                 os.unlink(tmp)
