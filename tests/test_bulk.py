@@ -224,3 +224,5 @@ def test_a_stored_score_renders_as_its_payload_does(rows, scored, value, marker,
     want = render_score_payload(upcast("score.computed", version, json.loads(text)))
     for _ in range(2):  # the second time, every row comes from the lookup
         assert render_stored(job) == ("p", want)
+    if len(job) == 3 and job[2]:  # rows in another order than the payload's: put back in order
+        assert render_stored((*job[:2], "\x1e".join(reversed(job[2].split("\x1e"))))) == ("p", want)

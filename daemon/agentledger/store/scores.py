@@ -40,25 +40,21 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
 
 # What of a ``score.computed`` payload its sidecar shows, as a bulk sync reads it
 # (``STORED_SQL``, taken out of the stored payload by SQLite): the header's fields as a
-# JSON array, then each breakdown row's JSON text (as SQLite writes it: numbers as
-# stored) joined by \x1e (JSON escapes every control character in a string), and the
-# rows' positions, to check they came in order (an aggregate's order is SQLite's to pick).
+# JSON array, then each breakdown row as its position, \x1f and its JSON text (as SQLite
+# writes it: numbers as stored), joined by \x1e (JSON escapes every control character in
+# a string); the positions put the rows in order (an aggregate's order is SQLite's to pick).
 HEADER = ("iteration", "rubric_version", "scored", "value", "band", "marker", "linked_traces")
 STORED_SQL = ("json_extract(payload, " + ", ".join(f"'$.{k}'" for k in HEADER) + "),"
-              " (SELECT group_concat(value, char(30)) FROM json_each(payload, '$.breakdown')),"
-              " (SELECT group_concat(key) FROM json_each(payload, '$.breakdown'))")
+              " (SELECT group_concat(key || char(31) || value, char(30)) FROM json_each(payload, '$.breakdown'))")
 _ROWS: dict[str, str] = {}  # a breakdown row's text by its stored JSON (rows repeat a lot)
-_IN_ORDER = [",".join(map(str, range(n))) for n in range(64)]
 CURRENT_SCORE = CURRENT["score.computed"]
 
 
-def stored_job(path: str, type_: str, version: int, header: str, rows: str | None, keys: str | None,
+def stored_job(path: str, type_: str, version: int, header: str, rows: str | None,
                payload: Callable[[], str]) -> tuple:
     """What ``render_stored`` takes for one stored score (a row of ``STORED_SQL``): the
-    whole payload only where the short way cannot be taken (an older payload version,
-    rows out of order)."""
-    n = rows.count("\x1e") + 1 if rows else 0
-    if version == CURRENT_SCORE and (keys or "") == (_IN_ORDER[n] if n < len(_IN_ORDER) else None):
+    whole payload only for an older payload version (upcast first)."""
+    if version == CURRENT_SCORE:
         return path, header, rows
     return path, type_, version, payload()
 
@@ -73,8 +69,11 @@ def render_stored(job: tuple) -> tuple[str, bytes]:
         return path, render_score_payload(upcast(type_, version, json.loads(payload)))
     path, header, rows = job
     p = dict(zip(HEADER, json.loads(header)))
+    parts = [r.partition("\x1f") for r in rows.split("\x1e")] if rows else []
+    if any(k != str(i) for i, (k, _, _) in enumerate(parts)):
+        parts.sort(key=lambda part: int(part[0]))
     texts = []
-    for row in rows.split("\x1e") if rows else ():
+    for _, _, row in parts:
         text = _ROWS.get(row)
         if text is None:
             if len(_ROWS) >= sidecars.ROWS_KEPT:
