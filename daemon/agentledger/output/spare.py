@@ -3,8 +3,8 @@ place, and the file swapped out becomes the temp file of the next write.
 
 Why: replacing a file by renaming a new one over it frees the old inode and its
 blocks. On ext4 without a journal (this project's machines) the inode allocator then
-steps over every inode freed in the last minute (six while its table block is dirty),
-one check each, for every new file in that block group; and with the ``discard`` mount
+steps over every inode freed in the last minute (six minutes while its table block is
+still dirty), one check each, for every new file in that block group; and with the ``discard`` mount
 option each freed block is discarded synchronously, inside the rename, under the
 directory's lock. Replacing 10,000 sidecars took 1.3-2.0 s here, mostly waiting, and
 longer after any other mass delete. ``renameat2(RENAME_EXCHANGE)`` swaps the two names
