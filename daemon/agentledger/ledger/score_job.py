@@ -10,6 +10,7 @@ from ..output import sidecars
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..store.events import canonical_json, content_hash
+from ..store.scores import PROJECTED
 
 
 def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
@@ -30,13 +31,9 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | Non
     data = sidecars.render_iteration(s.iteration, s.rubric_version, s.scored, float(s.value), s.band, s.breakdown,
                                      linked_traces_marker=bool(marker and s.linked_traces))
     # the whole payload crosses back as its JSON text; as a dict only what the score's
-    # projection reads (unpickling the whole dict cost the committing process ~37 us a score)
+    # projection reads (unpickling the whole dict costs the committing process ~37 us a score)
     projected = {k: payload[k] for k in PROJECTED}
     return projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
-
-
-# what of a ``score.computed`` payload the committing process reads (``store/scores.py``)
-PROJECTED = ("iteration", "rubric_version", "inputs_hash", "inputs_key", "scored", "value", "band", "sidecar")
 
 
 def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:

@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import sqlite3
 from collections.abc import Collection, Iterator
@@ -35,6 +36,7 @@ from .outcome import Outcome
 log = logging.getLogger("agentledger")
 AUTO_FSYNC_MAX = 20  # writes of up to this many sidecars are fsynced under fsync = "auto"
 RENDER_RUN = 256  # score sidecars a worker renders and writes at a time in a large sync
+SESSION_ROWS_FROM = 20  # stale session sidecars from which a sync reads every session's rows in one query
 
 
 class SidecarSync:
@@ -143,7 +145,7 @@ class SidecarSync:
         with Spares() as spares:
             def write_sessions() -> Iterator[None]:  # one a step, between the workers' results
                 fsync = self.fsync(len(sessions))
-                rows = session_rows(conn, src.id, version) if len(sessions) > AUTO_FSYNC_MAX else None
+                rows = session_rows(conn, src.id, version) if len(sessions) > SESSION_ROWS_FROM else None
                 for r in sessions:
                     data = session_document(conn, src.id, r["session_id"], version,
                                             None if rows is None else rows.get(r["session_id"], []))
@@ -176,7 +178,7 @@ class SidecarSync:
         else:
             stored = _stored(self.ctx.conn, prefix, stale)
             runs = ((fsync, run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), []))
-            per_result = -(-steps // -(-len(stale) // RENDER_RUN))
+            per_result = math.ceil(steps / math.ceil(len(stale) / RENDER_RUN))  # steps taken after each result
             for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs):
                 report.sidecars_written += written
                 fresh += seen
@@ -331,8 +333,9 @@ def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]])
         for seq, kind, schema_version, *fields in conn.execute(
                 f"SELECT seq, type, schema_version, {STORED_SQL} FROM events WHERE seq IN"
                 " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)).fetchall():
-            yield stored_job(prefix + part[seq], kind, schema_version, *fields,
-                             lambda seq=seq: conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+            path = prefix + part[seq]
+            yield stored_job(path, kind, schema_version, *fields) or (path, kind, schema_version, conn.execute(
+                "SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0])
 
 
 def remember(conn: sqlite3.Connection, rows: list[tuple]) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..output import sidecars
-from ..output.spare import Spares
 from ..store import db as store
 from ..store.scores import render_stored
 from .context import read_state
@@ -77,8 +76,6 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
     ``BackgroundWriter.take`` reports: counts by kind, writes skipped as superseded,
     (path, error) of those that failed, and ``sidecar_seen`` rows of those that landed."""
     store_path, default_version, items = job
-    written = {"sidecars_written": 0, "sessions_written": 0}
-    superseded, errors, seen = 0, [], []
     with gate(store_path):
         keys = [it[4] for it in items if it[4] is not None]
         current = None
@@ -88,34 +85,18 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
                 current = current_keys(conn, keys, default_version)
             except (sqlite3.Error, store.StoreError):
                 current = None
-        with Spares() as spares:
-            for path, data, durable, kind, key in items:
-                if key is not None and current is not None and key not in current:
-                    superseded += 1
-                    continue
-                try:
-                    written[kind] += sidecars.write_atomic(path, data, durable=durable, seen=seen, spares=spares)
-                except OSError as exc:
-                    errors.append((str(path), str(exc)))
-    return written, superseded, errors, seen
+        return sidecars.write_many(items, current)
 
 
 def render_run(job: tuple) -> tuple[int, list[tuple[str, str]], list[tuple]]:
     """In a worker process: one run of a large sync's stale score sidecars, (fsync,
-    [(path, event type, schema version, payload JSON)]), rendered from their events and
-    written, each swapped into place (``Spares``); the syncing process holds the gate.
-    How many were written, (path, error) of those that were not, and the ``sidecar_seen``
-    rows of those that were."""
-    fsync, items = job
-    written, errors, seen = 0, [], []
-    with Spares() as spares:
-        for item in items:
-            path, data = render_stored(item)
-            try:
-                written += sidecars.write_atomic(path, data, durable=fsync, compare=False, seen=seen, spares=spares)
-            except OSError as exc:
-                errors.append((path, str(exc)))
-    return written, errors, seen
+    [``store.scores.stored_job`` of each]), rendered from their events and written; the
+    syncing process holds the gate. How many were written, (path, error) of those that
+    were not, and the ``sidecar_seen`` rows of those that were."""
+    fsync, jobs = job
+    written, _, errors, seen = sidecars.write_many(
+        ((path, data, fsync, "sidecars_written", None) for path, data in map(render_stored, jobs)), compare=False)
+    return written["sidecars_written"], errors, seen
 
 
 class PoolWriter:

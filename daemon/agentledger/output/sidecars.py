@@ -18,15 +18,12 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..reference.fmt import format_float
 from ..reference.yamlv3.emit import dump, format_scalar
 from ..process import lifetime
 from ..scoring.breakdown import Row as BreakdownRow  # one row type from scorer to sidecar
-
-if TYPE_CHECKING:
-    from .spare import Spares
+from .spare import Spares
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"
@@ -66,8 +63,18 @@ def render_iteration(iteration: int, rubric_version: str, scored: bool, value: f
                                  linked_traces_marker)
 
 
-_ROWS: dict[tuple, str] = {}  # a row's text by its fields: rows repeat a lot (same signal, detail, weights)
+# Breakdown rows' texts: rows repeat a lot (same signal, detail, weights). Keyed by a row's
+# fields as a tuple (``rows_text``) or by its stored JSON text (``store.scores.render_stored``).
+ROWS: dict[tuple | str, str] = {}
 ROWS_KEPT = 32768
+
+
+def remember_row(key: tuple | str, text: str) -> str:
+    """Keep ``text`` in ``ROWS`` (emptied when full); ``text``."""
+    if len(ROWS) >= ROWS_KEPT:
+        ROWS.clear()
+    ROWS[key] = text
+    return text
 
 
 def rows_text(breakdown: Sequence[BreakdownRow]) -> list[str]:
@@ -81,12 +88,7 @@ def rows_text(breakdown: Sequence[BreakdownRow]) -> list[str]:
         if 0.0 in (r.sub_score, r.nominal_weight, r.effective_weight, r.contribution) and _negative_zero(r):
             out.append(row_text(r))
             continue
-        text = _ROWS.get(key)
-        if text is None:
-            if len(_ROWS) >= ROWS_KEPT:
-                _ROWS.clear()
-            text = _ROWS[key] = row_text(r)
-        out.append(text)
+        out.append(ROWS.get(key) or remember_row(key, row_text(r)))
     return out
 
 
@@ -111,7 +113,6 @@ def row_text(r: BreakdownRow) -> str:
     return text + (f"      nominal_weight: {n(r.nominal_weight)}\n"
                    f"      effective_weight: {n(r.effective_weight)}\n"
                    f"      contribution: {n(r.contribution)}\n")
-
 
 
 def _negative_zero(r: BreakdownRow) -> bool:
@@ -326,12 +327,32 @@ def is_temp_name(name: str) -> bool:
     )
 
 
+def write_many(items, current: set[tuple] | None = None, *,
+               compare: bool = True) -> tuple[dict[str, int], int, list[tuple[str, str]], list[tuple]]:
+    """A run of writes, (path, bytes, fsync, kind, key) each, one after another, each
+    swapped into place (``Spares``); one whose key is not in ``current`` (when given:
+    the keys still the ledger's) is skipped. Counts written by kind, how many were
+    skipped, (path, error) of those that failed, and what each written file is
+    (``write_atomic``'s ``seen``). The caller holds the sidecar lock."""
+    written = {"sidecars_written": 0, "sessions_written": 0}
+    superseded, errors, seen = 0, [], []
+    with Spares() as spares:
+        for path, data, durable, kind, key in items:
+            if key is not None and current is not None and key not in current:
+                superseded += 1
+                continue
+            try:
+                written[kind] += write_atomic(path, data, durable=durable, compare=compare, seen=seen, spares=spares)
+            except OSError as exc:
+                errors.append((str(path), str(exc)))
+    return written, superseded, errors, seen
+
+
 class BackgroundWriter:
     """Writes sidecars on a thread while the caller goes on scoring and committing.
 
-    A rename over an existing file costs ~0.15-0.3 ms of kernel time on ext4
-    (it flushes the new file's blocks); that time releases the GIL, so a bulk
-    rewrite overlaps it with CPU work instead of paying it serially. One queue,
+    A write is mostly kernel time, which releases the GIL, so a bulk rewrite
+    overlaps it with CPU work instead of paying it serially. One queue,
     one thread: writes land in the order they were submitted, so the last
     write of a path is the newest bytes. Sidecars are derived state: if the
     process dies with writes queued, the next run finds their bytes differ from
@@ -394,23 +415,13 @@ class BackgroundWriter:
         with self._gate():
             keys = [it[4] for it in items if it[4] is not None]
             current = self._still_current(keys) if keys and self._still_current is not None else None
-            from .spare import Spares
-
-            with Spares() as spares:
-                for path, data, durable, kind, key in items:
-                    if key is not None and current is not None and key not in current:
-                        self.superseded += 1
-                        continue
-                    try:
-                        fresh: list[tuple] = []
-                        written = write_atomic(path, data, durable=durable, compare=self._compare, seen=fresh,
-                                               spares=spares)
-                        with self._lock:
-                            self.written[kind] += written
-                            self.seen += fresh
-                    except OSError as exc:
-                        with self._lock:
-                            self.errors.append((str(path), str(exc)))
+            written, superseded, errors, fresh = write_many(items, current, compare=self._compare)
+        with self._lock:
+            for kind, n in written.items():
+                self.written[kind] += n
+            self.superseded += superseded
+            self.errors += errors
+            self.seen += fresh
 
     def wait(self) -> None:
         """Block until every write submitted so far has landed."""

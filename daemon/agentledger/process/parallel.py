@@ -48,22 +48,28 @@ def executor():
     """The shared worker pool, or None when work should stay in this process. Started
     under a lock: the service's main loop and the thread answering the close-task hook
     may both want it first (submitting to one pool from two threads is safe)."""
-    global _pool, _disabled
+    global _disabled
     if _disabled or workers() < 2:
         return None
+    try:
+        return _started()
+    except OSError:
+        _disabled = True
+        return None
+
+
+def _started(module: str = __name__):
+    """The pool, started now if it is not yet, its workers forked at once (a job each,
+    ``_warm``: each imports ``module``); a start under way on another thread
+    (``prestart``) finishes first. Raises what starting it raises."""
+    global _pool
     with _starting:
         if _pool is None:
-            try:
-                _pool = _start_pool(workers())
-            except OSError:
-                _disabled = True
-                return None
+            pool = _start_pool(workers())
+            for _ in range(workers()):  # one job each: a new pool starts a worker a job until it has n
+                pool.submit(_warm, module)
+            _pool = pool
         return _pool
-
-
-def _warm_up(pool, n: int, module: str) -> None:
-    for _ in range(n):  # one job each: a new pool starts a worker a job until it has n
-        pool.submit(_warm, module)
 
 
 def pool_for(size: int):
@@ -76,23 +82,12 @@ def pool_for(size: int):
 def prestart(size: int) -> None:
     """Start the pool for ``size`` items of bulk work to come, on a thread, while the
     caller prepares that work: the forkserver's start, its imports (``PRELOAD``) and the
-    workers' forks took ~0.12 s of a switch back's main thread. Nothing when ``size`` is
+    workers' forks take ~0.12 s, off a switch back's main thread. Nothing when ``size`` is
     below what starts the pool; ``executor`` waits for a start under way."""
     if _pool is not None or _disabled or workers() < 2 or size < min_items():
         return
 
-    def start() -> None:
-        global _pool, _disabled
-        with _starting:
-            if _pool is not None or _disabled:
-                return
-            try:
-                pool = _start_pool(workers())
-                _warm_up(pool, workers(), __name__)  # a job each: the workers are forked now
-                _pool = pool
-            except OSError:
-                _disabled = True
-    threading.Thread(target=start, name="agentledger-pool-start").start()
+    threading.Thread(target=executor, name="agentledger-pool-start").start()
 
 
 def _pool_dir() -> str:
@@ -196,7 +191,7 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
     The pool is only an optimisation: if workers cannot start or die (e.g. the
     host program's ``__main__`` cannot be re-imported by them), the work is
     done in this process instead, and the pool is not tried again."""
-    global _pool, _disabled
+    global _disabled
     n = workers()
     if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
         threshold = min_items() if _pool is None else WARM_THRESHOLD
@@ -206,10 +201,7 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        with _starting:  # a start under way (``prestart``) finishes first
-            if _pool is None:
-                _pool = _start_pool(n)
-                _warm_up(_pool, n, fn.__module__)  # while the caller makes the first chunk (a scoring pass gathers)
+        _started(fn.__module__)  # its workers import the jobs' module while the caller makes the first chunk
         chunk = min(max(64, size // (n * 8)), MAX_CHUNK)
         it = iter(items)
         parts = ((fn, part) for part in iter(lambda: list(itertools.islice(it, chunk)), []))

@@ -47,7 +47,7 @@ class ScoringInputs:
 
         ``record_json``: the record's stored JSON text, when the caller has it
         (saves re-serialising the record; it is the same JSON ``to_jsonable`` gives)."""
-        return _hash(rubric_version, self._parts(record_json))
+        return _hash(rubric_version, _joined(self._parts(record_json)))
 
     def digests(self, rubric_version: str, marker: bool, record_json: str | None = None) -> tuple[str, str]:
         """``digest`` under ``rubric_version`` (with the marker option), and the same
@@ -72,14 +72,9 @@ def digests_of(rubric_version: str, marker: bool, record_json: str, facts: dict[
     """``ScoringInputs.digests`` from the record's stored JSON and the other inputs, with
     no ``Record`` decoded: a pass learns which iterations changed before decoding any.
     The two hashes share every part but the first: each part is encoded once."""
-    tail = b"".join(p.encode("utf-8") + b"\x00" for p in _parts_of(record_json, facts))
+    tail = _joined(_parts_of(record_json, facts))
     tag = "+marker" if marker else ""
-    return _hash_tail(f"{rubric_version}{tag}", tail), _hash_tail(tag, tail)
-
-
-def _hash_tail(first: str, tail: bytes) -> str:
-    """``_hash(first, parts)`` given the parts as ``digests_of`` joins them."""
-    return "sha256:" + hashlib.sha256(first.encode("utf-8") + b"\x00" + tail).hexdigest()
+    return _hash(f"{rubric_version}{tag}", tail), _hash(tag, tail)
 
 
 def _parts_of(record_json: str, f: dict[str, object]) -> tuple[str, ...]:
@@ -92,12 +87,15 @@ def _parts_of(record_json: str, f: dict[str, object]) -> tuple[str, ...]:
     )
 
 
-def _hash(first: str, parts: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for part in (first, *parts):
-        h.update(part.encode("utf-8"))
-        h.update(b"\x00")
-    return "sha256:" + h.hexdigest()
+def _joined(parts: tuple[str, ...]) -> bytes:
+    """The parts as a digest hashes them: each in UTF-8, each ended by a NUL."""
+    return b"".join(p.encode("utf-8") + b"\x00" for p in parts)
+
+
+def _hash(first: str, tail: bytes) -> str:
+    """sha256 over ``first`` and the ``_joined`` parts after it (``digests_of`` hashes
+    one tail under two firsts)."""
+    return "sha256:" + hashlib.sha256(_joined((first,)) + tail).hexdigest()
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # json.dumps with these

@@ -64,8 +64,9 @@ class Projector:
     def apply_many(self, events: list[Event]) -> None:
         """``apply`` each, in order. A run of ``iteration.recorded`` events of one source
         (a scan commits the records of a directory together) is projected by its two
-        families in a few statements, a run of ``score.computed`` events in one; what they leave is what applying them one by one
-        leaves (``rebuild`` does that: test_rebuild_reproduces_projections_and_sidecars)."""
+        families in a few statements, a run of ``score.computed`` events in one; what
+        they leave is what applying them one by one leaves (``rebuild`` does that:
+        test_rebuild_reproduces_projections_and_sidecars)."""
         i = 0
         while i < len(events):
             ev = events[i]

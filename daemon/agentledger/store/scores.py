@@ -46,24 +46,22 @@ def render_score_payload(payload: dict[str, Any]) -> bytes:
 HEADER = ("iteration", "rubric_version", "scored", "value", "band", "marker", "linked_traces")
 STORED_SQL = ("json_extract(payload, " + ", ".join(f"'$.{k}'" for k in HEADER) + "),"
               " (SELECT group_concat(key || char(31) || value, char(30)) FROM json_each(payload, '$.breakdown'))")
-_ROWS: dict[str, str] = {}  # a breakdown row's text by its stored JSON (rows repeat a lot)
 CURRENT_SCORE = CURRENT["score.computed"]
 
 
-def stored_job(path: str, type_: str, version: int, header: str, rows: str | None,
-               payload: Callable[[], str]) -> tuple:
-    """What ``render_stored`` takes for one stored score (a row of ``STORED_SQL``): the
-    whole payload only for an older payload version (upcast first)."""
-    if version == CURRENT_SCORE:
-        return path, header, rows
-    return path, type_, version, payload()
+def stored_job(path: str, type_: str, version: int, header: str, rows: str | None) -> tuple | None:
+    """What ``render_stored`` takes for one stored score (a row of ``STORED_SQL``); None
+    for an older payload version, which is rendered from its whole payload, upcast
+    (``render_stored`` takes (path, type, version, payload JSON) for it)."""
+    return (path, header, rows) if version == CURRENT_SCORE else None
 
 
 def render_stored(job: tuple) -> tuple[str, bytes]:
     """A ``stored_job`` -> (path, its sidecar's bytes), as ``render_score_payload``
     renders them: a bulk sync (a switch back to a rubric the ledger holds, a rebuild)
-    renders in the worker processes. Each row is looked up by its stored JSON (a row
-    with -0.0 is another text than one with 0.0) and decoded only when new."""
+    renders in the worker processes. Each row is looked up by its stored JSON text
+    (``sidecars.ROWS``: a row with -0.0 is another text than one with 0.0) and decoded
+    only when new."""
     if len(job) == 4:
         path, type_, version, payload = job
         return path, render_score_payload(upcast(type_, version, json.loads(payload)))
@@ -74,15 +72,16 @@ def render_stored(job: tuple) -> tuple[str, bytes]:
         parts.sort(key=lambda part: int(part[0]))
     texts = []
     for _, _, row in parts:
-        text = _ROWS.get(row)
-        if text is None:
-            if len(_ROWS) >= sidecars.ROWS_KEPT:
-                _ROWS.clear()
-            text = _ROWS[row] = sidecars.row_text(_breakdown_rows({"breakdown": [json.loads(row)]})[0])
-        texts.append(text)
+        texts.append(sidecars.ROWS.get(row) or sidecars.remember_row(
+            row, sidecars.row_text(_breakdown_rows({"breakdown": [json.loads(row)]})[0])))
     return path, sidecars.render_iteration_rows(
         p["iteration"], p["rubric_version"], p["scored"], decode_float(p["value"]), p["band"], texts,
         bool(p["marker"] and p["linked_traces"]))
+
+
+# what of a ``score.computed`` payload this family reads (``ScoreFamily._row``, and
+# ``sessions.mark`` through it): a scoring worker sends back only these as a dict
+PROJECTED = ("iteration", "rubric_version", "inputs_hash", "inputs_key", "scored", "value", "band", "sidecar")
 
 
 class ScoreFamily:
