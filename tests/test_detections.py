@@ -9,6 +9,7 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -278,3 +279,27 @@ def test_the_running_service_notices_a_regression_as_iterations_close(tmp_path) 
                    "--db", str(tmp_path / "whole.sqlite"))[0] == 0
     assert [r[:2] + r[3:] for r in detections(tmp_path / "l.sqlite")] == \
         [r[:2] + r[3:] for r in detections(tmp_path / "whole.sqlite")]
+
+
+def test_the_signals_column_is_each_payloads_present_sub_scores_however_it_was_made(regressed, tmp_path) -> None:
+    """The detectors read each score's sub-scores from ``scores.signals``: written by the
+    scoring workers, by a rebuild from the payload, or by migration 0022 in SQL for a
+    ledger projected before it, the text is the same."""
+    from agentledger.store.scores import signals_of
+
+    _, _, whole, _, _ = regressed
+    db = tmp_path / "l.sqlite"
+    shutil.copy(whole, db)
+    made = query(db, "SELECT s.seq, s.signals, e.payload FROM scores s JOIN events e ON e.seq = s.seq ORDER BY s.seq")
+    assert len(made) == 400
+    assert all(signals == signals_of(json.loads(payload)["breakdown"]) for _, signals, payload in made)
+    values = [json.loads(r[1]) for r in made]
+    assert {v for d in values for v in d.values()} - {0.0, 1.0}  # not only whole sub-scores
+    assert len({tuple(d) for d in values}) > 1  # an absent signal is left out
+    with sqlite3.connect(db) as c:  # as a ledger written before migration 22 holds it
+        c.execute("ALTER TABLE scores DROP COLUMN signals")
+        c.execute("DELETE FROM _sqlite_migrations WHERE name = '0022_score_signals'")
+        c.execute("PRAGMA user_version = 21")
+    code, out, err = run_cli("query", "SELECT seq, signals FROM scores ORDER BY seq", "--json", "--db", str(db))
+    assert code == 0, err
+    assert [(r["seq"], r["signals"]) for r in json.loads(out)] == [r[:2] for r in made]

@@ -69,6 +69,9 @@ class Planner:
                 " (SELECT iteration FROM scores WHERE source = ? AND rubric_version = ?)",
                 (src.id, src.id, self.ctx.rubric.version))}
         paths = {r[3] for r in queued if r[2] == "artifact" and r[1] == src.id}
+        if paths and out.issuperset(r[0] for r in conn.execute(
+                "SELECT iteration FROM iterations WHERE source = ?", (src.id,))):
+            paths = set()  # every iteration is in already (a first pass): no record needs reading for its paths
         if paths:
             if any(p.startswith(".agents/workflow/plans/") for p in paths):
                 out |= {r[0] for r in conn.execute(
@@ -78,6 +81,7 @@ class Planner:
                     out.add(it)
         spans = [(r[4], r[5]) for r in queued if r[2] == "transcript"]
         tip = None
+        fresh = False
         self._recorded_tip = None
         row = conn.execute("SELECT trunk_tip, consumer FROM git_state WHERE source = ?", (src.id,)).fetchone()
         self._foreign_consumer(src, row[1] if row else None)
@@ -90,6 +94,7 @@ class Planner:
                 forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
                 repo.forget(keep_shas=forward)  # names may point elsewhere now
                 cached = self.facts.get(src.id) if forward and src.id in self.ends else None
+                fresh = cached is None  # made from the tables as they are now: no changed iteration to refresh
                 if cached is None:
                     rows = conn.execute(
                         "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
@@ -104,8 +109,8 @@ class Planner:
                     out |= self._moved_forward(src, repo, cached, shas)
                     out |= cached.on_trunk(shas, subjects, runs)
             if out or spans:
-                ends = self._commit_times(src, repo, {int(r[3]) for r in queued if r[2] == "iteration"
-                                                      and r[1] == src.id})
+                ends = self._commit_times(src, repo, set() if fresh else {
+                    int(r[3]) for r in queued if r[2] == "iteration" and r[1] == src.id})
                 out |= ends.successors(out)
                 if spans:
                     out |= windows_meeting(ends.items(), spans)

@@ -10,15 +10,15 @@ from ..output import sidecars
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..store.events import canonical_json, content_hash
-from ..store.scores import PROJECTED
+from ..store.scores import PROJECTED, signals_of
 
 
-def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | None:
+def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] | None:
     """Everything the ``score.computed`` event and its sidecar need, serialised here
     (in a worker, for bulk work), or None when the iteration's inputs did not change:
     the payload's ``PROJECTED`` fields, its JSON text (the event as stored), that text's
-    hash, the sidecar's bytes and their sha256; last, the score it replaces, as its
-    event's idempotency key names it."""
+    hash, the sidecar's bytes and their sha256, the score's ``signals`` column; last, the
+    score it replaces, as its event's idempotency key names it."""
     version, marker, g, prev, replaces = job
     digest, key = g.digests(version, marker)
     if digest == prev:
@@ -33,7 +33,8 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str | None] | Non
     # the whole payload crosses back as its JSON text; as a dict only what the score's
     # projection reads (unpickling the whole dict costs the committing process ~37 us a score)
     projected = {k: payload[k] for k in PROJECTED}
-    return projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), replaces
+    return (projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data),
+            signals_of(payload["breakdown"]), replaces)
 
 
 def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:

@@ -172,12 +172,13 @@ class ScoringPass:
                 continue
             # ``payload``: the fields the projection reads; the event's whole payload is its
             # JSON text (what is stored, hashed and shipped)
-            payload, payload_json, payload_hash, data, data_sha, prev = result
+            payload, payload_json, payload_hash, data, data_sha, signals, prev = result
             it = payload["iteration"]
             yield Event("score.computed", f"{src.id}:score:{it}", src.id,
                         f"score|{src.id}|{it}|{version}|{payload['inputs_hash']}|{prev or '-'}", payload,
                         content_hash=payload_hash, source_path=sidecars.iteration_sidecar_name(it),
-                        extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha})
+                        extra={"json": payload_json, "sidecar_bytes": data, "sidecar_sha256": data_sha,
+                               "signals": signals})
 
 
 SWEEP_FROM = 8  # a pass of more iterations than this removes killed writers' temp files first
