@@ -225,7 +225,7 @@ def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_r
     """The close-task hook's commits (a few full SHAs) resolve with one ``git log``; what
     that says is what the two-query resolution says, for commits and for what is not one
     (an annotated tag's SHA, a tree's, an upper-case SHA, a missing one, a name)."""
-    from agentledger.sources import git
+    from agentledger.sources import commits, git
 
     repo: Repo = make_repo()
     first = repo.commit("first", {"a": "1"}, date="2026-01-02T03:04:05+00:00")
@@ -243,7 +243,83 @@ def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_r
         fast = git.GitRepo(str(repo.path)).resolve(raws)
         if all(len(r) == 40 and r == r.lower() and r in (first, second) for r in raws):
             assert calls == ["log"], (raws, calls)  # one process
-        monkeypatch.setattr(git, "FEW", 0)
+        monkeypatch.setattr(commits, "FEW", 0)
         assert git.GitRepo(str(repo.path)).resolve(raws) == fast, raws
-        monkeypatch.setattr(git, "FEW", 8)
+        monkeypatch.setattr(commits, "FEW", 8)
     assert git.GitRepo(str(repo.path)).resolve([first])[first].commit_time == "2026-01-02T03:04:05+00:00"
+
+
+def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path: Path, make_repo,
+                                                                         monkeypatch) -> None:
+    """A full scan that changed many iterations has git resolve their commits on a thread
+    while it reads the artifacts (``GitRepo.prefetch``); the planner and the scoring pass
+    then use what it resolved. Short SHAs, a branch name, a reverted and a missing commit
+    score exactly as when they are resolved in the pass, and the thread is over when the
+    ingest returns, however long git takes (here a git that names the trunk's tip after 1 s)."""
+    import os
+    import shutil
+    import threading
+
+    from agentledger.ledger import iterlogs
+    from agentledger.sources.git import GitRepo
+
+    from .conftest import query, run_cli
+
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"feat: change {i}", {f"f{i}.txt": str(i)}) for i in range(12)]
+    repo.commit(f'Revert "feat: change 2"\n\nThis reverts commit {shas[2]}.')
+    repo.git("branch", "side", shas[5])
+    refs = [shas[0], shas[1][:7], shas[2][:9], "side", "deadbee", shas[7][:12], "", shas[9]]
+    log = tmp_path / "log"
+    log.mkdir()
+    for i, ref in enumerate(refs, 1):
+        (log / f"iter-{i}.yaml").write_text(record(i, ref, summary=f"feat: change {i}"))
+
+    def scores(db: Path) -> list[tuple]:
+        args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
+        code, _, err = run_cli("ingest", *args)
+        assert code == 0, err
+        assert not [t for t in threading.enumerate() if t.name == "agentledger-git-prefetch"]
+        return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
+
+    started = []
+    real = GitRepo.prefetch
+    monkeypatch.setattr(GitRepo, "prefetch", lambda self, raws: (started.append(list(raws)), real(self, raws))[1])
+    alone = scores(tmp_path / "alone.sqlite")
+    assert started == []  # 8 iterations: below PREFETCH_FROM
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(  # the trunk tip alone (the prefetch's first question) takes 1 s
+        f'#!/bin/sh\ncase " $* " in *" --is-inside-work-tree "*) ;; *" rev-parse "*) sleep 1;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(iterlogs, "PREFETCH_FROM", 1)
+    ahead = scores(tmp_path / "ahead.sqlite")
+    assert sorted(started[0]) == sorted(refs)
+    assert ahead == alone and len(ahead) == len(refs)
+
+
+def test_what_a_prefetch_resolved_is_kept_at_its_tip_and_dropped_once_the_trunk_moved(make_repo) -> None:
+    """The planner keeps a prefetch's resolutions only at the trunk tip they were made at
+    (one pass sees one trunk); once the trunk moved, a branch name resolves to where it
+    points now."""
+    from agentledger.sources.git import GitRepo
+
+    repo: Repo = make_repo()
+    first = repo.commit("one", {"a": "1"})
+    repo.git("branch", "side", first)
+    git = GitRepo(str(repo.path))
+    git.prefetch(["side"])
+    git.join_prefetch()
+    other = repo.commit("elsewhere", {"b": "1"})
+    repo.git("reset", "-q", "--hard", first)  # the trunk back where the prefetch saw it
+    repo.git("branch", "-f", "side", other)
+    git.forget(fresh_at=git._trunk_tip())
+    assert git.resolve(["side"])["side"].sha == first  # kept: resolved at this tip, in this pass
+    git.prefetch(["side"])
+    git.join_prefetch()
+    second = repo.commit("two", {"a": "2"})
+    repo.git("branch", "-f", "side", second)
+    git.forget(fresh_at=git._trunk_tip())  # the trunk moved since: dropped
+    assert git.resolve(["side"])["side"].sha == second

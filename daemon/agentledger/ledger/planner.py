@@ -92,7 +92,7 @@ class Planner:
             if row is None or row[0] != tip:  # the trunk moved
                 old = row[0] if row else None
                 forward = old is not None and tip is not None and repo.is_ancestor(old, tip)
-                repo.forget(keep_shas=forward)  # names may point elsewhere now
+                repo.forget(keep_shas=forward, fresh_at=tip)  # names may point elsewhere now
                 cached = self.facts.get(src.id) if forward and src.id in self.ends else None
                 fresh = cached is None  # made from the tables as they are now: no changed iteration to refresh
                 if cached is None:

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 
 from ..errors import AgentledgerError
 from ..scoring.facts import LandedFacts
+from .commits import Commits, Resolution
 from .trunk_log import TrunkLog
 
 _ENV_OVERRIDES = {
@@ -40,9 +41,6 @@ _ENV_OVERRIDES = {
     "LC_ALL": "C",
 }
 ARGS_PER_CALL = 2000  # SHAs on one command line (82 KB), far below ARG_MAX
-_HEXISH = re.compile(r"[0-9a-fA-F]{4,64}")
-_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-FEW = 8  # commit strings that are all full SHAs resolve in one process, not two (``resolve``)
 
 
 class GitError(AgentledgerError):
@@ -51,12 +49,6 @@ class GitError(AgentledgerError):
 
 def _env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **_ENV_OVERRIDES}
-
-
-@dataclass(frozen=True)
-class Resolution:
-    sha: str = ""  # `raw.strip()^{commit}`, empty when it does not resolve
-    commit_time: str | None = None  # ISO UTC of `raw` itself when it names a commit
 
 
 # settings a repository's own config could point at a program, overridden for every command
@@ -80,8 +72,7 @@ class GitRepo:
         self.trunk = trunk
         self._trunk_log: TrunkLog | None = None
         self._changed: dict[str, tuple[str, ...] | None] = {}
-        self._resolved: dict[str, Resolution] = {}
-        self._volatile: set[str] = set()  # resolved keys a forward move forgets (not a SHA's)
+        self.commits = Commits(lambda *args, **kw: self._run(*args, **kw))
         self._view: dict[str, str | None] | None = None  # see one_view
 
     # -- plumbing -----------------------------------------------------------
@@ -181,93 +172,18 @@ class GitRepo:
         if self._trunk_log is not None:
             self._trunk_log.close()
 
-    # -- commit resolution ----------------------------------------------------
+    # -- commit resolution (``commits.py``) -------------------------------------------
     def resolve(self, raws: list[str]) -> dict[str, Resolution]:
-        """Resolve commit strings in one batch; results cached (commits are immutable,
-        but a branch name can move, so only full SHAs are cached across calls)."""
-        todo = [r for r in dict.fromkeys(raws) if r not in self._resolved]
-        if todo and len(todo) <= FEW and all(_FULL_SHA.fullmatch(r) for r in todo) and self._commits(todo):
-            todo = []  # a few full SHAs of commits (the close-task hook's): one process said so, and when
-        if todo:
-            # One query per string: the string itself. It names a commit (the
-            # usual case: a SHA, branch or lightweight tag), an annotated tag
-            # (peel it in a second, small query), or nothing.
-            direct = self._batch_check([r if r and r == r.strip() and "\n" not in r else "" for r in todo])
-            peel: dict[str, str] = {}
-            for raw, ans in zip(todo, direct):
-                if ans is None or ans[1] != "commit":
-                    s = raw.strip()
-                    if s and "\n" not in s:
-                        peel[raw] = f"{s}^{{commit}}"
-            peeled = dict(zip(peel, self._batch_check(list(peel.values()))))
-            commits: dict[str, str] = {}
-            for raw, ans in zip(todo, direct):
-                direct_commit = ans[0] if ans is not None and ans[1] == "commit" else ""
-                p = peeled.get(raw)
-                sha = direct_commit or (p[0] if p is not None and p[1] == "commit" else "")
-                commits[raw] = direct_commit
-                self._resolved[raw] = Resolution(sha=sha)
-                self._volatile.update(() if sha and _HEXISH.fullmatch(raw) else (raw,))
-            times = self._commit_times([c for c in commits.values() if c])
-            for raw, c in commits.items():
-                if c and c in times:
-                    self._resolved[raw] = Resolution(sha=self._resolved[raw].sha, commit_time=times[c])
-        return {r: self._resolved[r] for r in raws}
+        return self.commits.resolve(raws)
 
-    def forget(self, *, keep_shas: bool = False) -> None:
-        """Drop cached resolutions: names move and missing commits can appear. With
-        ``keep_shas`` (the trunk only moved forward), keep what a hex SHA (full or
-        abbreviated) resolved to, since an existing commit never changes."""
-        for raw in self._volatile if keep_shas else list(self._resolved):  # no pass over every SHA
-            self._resolved.pop(raw, None)
-        self._volatile.clear()
+    def forget(self, *, keep_shas: bool = False, fresh_at: str | None = None) -> None:
+        self.commits.forget(keep_shas=keep_shas, fresh_at=fresh_at)
 
-    def _commits(self, shas: list[str]) -> bool:
-        """Resolve ``shas`` as the two queries below would, if each is a commit's full SHA:
-        ``git log --no-walk`` prints each one's SHA and time, in the order given, or fails
-        for a SHA that is missing or not a commit's (False: then nothing is resolved here)."""
-        ok, found = self._log_times(shas)
-        if not ok or [sha for sha, _ in found] != shas:
-            return False  # (a tag's SHA prints its commit's)
-        for sha, when in found:
-            self._resolved[sha] = Resolution(sha=sha, commit_time=when)
-        return True
+    def prefetch(self, raws: list[str]) -> None:
+        self.commits.prefetch(raws, lambda: self._trunk_tip() if self._check() is None else None)
 
-    def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
-        real = [q for q in queries if q]
-        results: list[tuple[str, str] | None] = [None] * len(queries)
-        if not real:
-            return results
-        proc = self._run("cat-file", "--batch-check=%(objectname) %(objecttype)",
-                         input=("\n".join(real) + "\n").encode("utf-8", "surrogateescape"))
-        lines = proc.stdout.decode("utf-8", "replace").split("\n")
-        it = iter(lines)
-        for i, q in enumerate(queries):
-            if not q:
-                continue
-            line = next(it, "")
-            parts = line.rsplit(" ", 1)
-            if len(parts) == 2 and parts[1] in ("commit", "tag", "tree", "blob") and \
-                    re.fullmatch(r"[0-9a-f]{40,64}", parts[0]):
-                results[i] = (parts[0], parts[1])
-        return results
-
-    def _commit_times(self, shas: list[str]) -> dict[str, str]:
-        if not shas:
-            return {}
-        return {sha: when for sha, when in self._log_times(list(dict.fromkeys(shas)))[1] if when is not None}
-
-    def _log_times(self, shas: list[str]) -> tuple[bool, list[tuple[str, str | None]]]:
-        """``git log --no-walk`` of commit SHAs: whether git succeeded, and each commit it
-        printed, in the order given, with its commit time (ISO UTC; None: git gave none)."""
-        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
-                         input=("\n".join(shas) + "\n").encode())
-        out = []
-        for line in proc.stdout.decode().splitlines():
-            sha, _, ts = line.partition(" ")
-            out.append((sha, datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat()
-                        if ts.lstrip("-").isdigit() else None))
-        return proc.returncode == 0, out
+    def join_prefetch(self) -> None:
+        self.commits.join_prefetch()
 
     # -- landed (§4.1) ----------------------------------------------------------
     def landed(self, raw_commit: str, summary: str, resolution: Resolution, log: TrunkLog, *,
