@@ -108,14 +108,15 @@ class Commits:
         """Drop cached resolutions: names move and missing commits can appear. With
         ``keep_shas`` (the trunk only moved forward), keep what a hex SHA (full or
         abbreviated) resolved to, since an existing commit never changes. ``fresh_at``: the
-        trunk tip the caller sees; what a prefetch of this pass resolved at that tip is
-        kept (everything else was dropped before it: the scan's ``forget``)."""
-        fresh, self._fresh_tip = self._fresh_tip, None
-        if fresh is not None and fresh == fresh_at:
-            return
-        for raw in self._volatile if keep_shas else list(self._resolved):  # no pass over every SHA
-            self._resolved.pop(raw, None)
-        self._volatile.clear()
+        trunk tip the caller sees; what a prefetch resolved at that tip is kept (the
+        prefetch emptied the cache first: nothing older is)."""
+        with self._resolving:
+            fresh, self._fresh_tip = self._fresh_tip, None
+            if fresh is not None and fresh == fresh_at:
+                return
+            for raw in self._volatile if keep_shas else list(self._resolved):  # no pass over every SHA
+                self._resolved.pop(raw, None)
+            self._volatile.clear()
 
     def _commits(self, shas: list[str]) -> bool:
         """Resolve ``shas`` as the two queries below would, if each is a commit's full SHA:

@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
-from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from ..errors import AgentledgerError
 from ..scoring.facts import LandedFacts
