@@ -23,7 +23,7 @@ import yaml
 from agentledger.example import synth
 from agentledger.store.projections import PROJECTION_TABLES
 
-from .conftest import REFERENCE, empty_ledger, run_cli
+from .conftest import REFERENCE, empty_ledger, need_fixtures, run_cli
 from .test_conformance import ledger_for, prepare, run_ingest
 
 VIEWS = ("session_overview", "recent_scores", "signal_overview", "latest_scores", "score_history", "signal_contributions", "integrity_deltas", "integrity_by_role",
@@ -34,6 +34,7 @@ VIEWS = ("session_overview", "recent_scores", "signal_overview", "latest_scores"
 @pytest.fixture(scope="module")
 def reference_ledger(tmp_path_factory) -> tuple[Path, Path]:
     """The real iteration log scored under 2.1.0: (ledger file, log dir)."""
+    need_fixtures()  # a skip where the shared fixtures are not (a failure when CI=true)
     tmp = tmp_path_factory.mktemp("ref")
     log, repo = prepare("real-iteration-log", tmp)
     led = ledger_for(tmp, log, repo, "2.1.0")
