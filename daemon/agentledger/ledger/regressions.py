@@ -144,8 +144,8 @@ class IterationFeed(Feed):
                             (self.source, after, self.rubric)).fetchone() is not None
 
     def points(self, conn: sqlite3.Connection, after: int) -> Iterator[Point]:
-        """Each score and its signals' sub-scores (the ``signals`` column: a pass of
-        10,000 scores took them out of each event's whole payload in ~0.25 s)."""
+        """Each score and its signals' sub-scores (the ``signals`` column: why, in
+        ``store.scores.signals_of``)."""
         while True:
             rows = conn.execute(
                 "SELECT s.iteration, s.value, s.signals, i.date, json_extract(r.record, '$.agent.model'),"

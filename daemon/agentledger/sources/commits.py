@@ -39,8 +39,9 @@ class Commits:
         self._fresh_tip: str | None = None  # the trunk tip a prefetch resolved at (``forget``)
 
     def resolve(self, raws: list[str]) -> dict[str, Resolution]:
-        """Resolve commit strings in one batch; results cached (commits are immutable,
-        but a branch name can move, so only full SHAs are cached across calls)."""
+        """Resolve commit strings in one batch; results cached until ``forget`` (a commit
+        never changes, so what a hex SHA resolved to outlives a forward move of the trunk;
+        a name may move, so it does not)."""
         with self._resolving:
             return self._resolve(raws)
 
