@@ -39,6 +39,7 @@ class TrunkLog:
         self.sha_at: dict[int, str] = {}
         self.subject_at: dict[int, str] = {}
         self.revert_prefix: dict[str, int] = {}  # hex run -> newest ordinal whose revert body has it
+        self.revert_lengths: list[int] = []  # the lengths of those runs, ascending (first_revert looks up only these)
         self.by_subject: dict[str, list[int]] = {}  # casefolded subject -> ordinals, newest first
         self.newest = 0
         self._next = 0  # ordinal of the next older commit read
@@ -87,6 +88,8 @@ class TrunkLog:
             for run in {r.lower() for r in HEX_RUNS.findall(body) if 7 <= len(r) <= 40}:
                 if run not in self.revert_prefix or ordinal < self.revert_prefix[run]:
                     self.revert_prefix[run] = ordinal
+                if len(run) not in self.revert_lengths:
+                    self.revert_lengths = sorted({*self.revert_lengths, len(run)})
         ords = self.by_subject.setdefault(subject.strip().casefold(), [])
         if front:
             ords.insert(0, ordinal)
@@ -136,9 +139,13 @@ class TrunkLog:
         """Newest commit above ordinal ``stop`` whose body reverts ``sha`` (spec §4.1 step 5).
 
         A body reverts ``sha`` when it says "revert" and one of its hex runs
-        (7–40 digits) is a prefix of ``sha``: look each prefix of ``sha`` up."""
+        (7–40 digits) is a prefix of ``sha``: look up each prefix of ``sha`` as long as
+        such a run. The runs of a log come in a few lengths; a batch asks for every
+        iteration (a prefix of each length from 7 to 40: 44 ms at 10,000, 3 ms by length)."""
         best = stop
-        for length in range(7, min(40, len(sha)) + 1):
+        for length in self.revert_lengths:
+            if length > len(sha):
+                break
             i = self.revert_prefix.get(sha[:length])
             if i is not None and i < best:
                 best = i
