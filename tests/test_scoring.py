@@ -152,3 +152,83 @@ def test_human_label_conformance_vectors() -> None:
         'cannot read labels sidecar for iter-5: labels: invalid iter-5 sidecar: labels: invalid role: "boss"')
     assert hl(labels_file(dict(a, c=1, s="partial", h="minor"))).sub_score == 0.4444444444444444
     assert human_label(_x(record=Record(iteration=7))).detail == "no human labels for iter-7"
+
+
+# -- the data model's JSON form, decoded ------------------------------------------------
+def _built(cls: type, data: dict) -> object:
+    """What the dataclass's own ``__init__`` builds from ``data`` (the JSON form): each
+    field present converted back by its type (None stays None), the absent ones left to
+    their defaults, other keys ignored. The reference ``from_jsonable`` must agree with."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: None if data[f.name] is None else _converted(hints[f.name], data[f.name])
+                  for f in dataclasses.fields(cls) if f.name in data})
+
+
+def _converted(tp: object, v: object) -> object:
+    import dataclasses
+    import types
+    import typing
+
+    from agentledger.jsonnum import decode_float
+
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _converted(args[0], v) if len(args) == 1 else v
+    if origin is tuple:
+        args = typing.get_args(tp)
+        inner = [args[0]] * len(v) if len(args) == 2 and args[1] is Ellipsis else args
+        return tuple(None if x is None else _converted(a, x) for a, x in zip(inner, v))
+    if dataclasses.is_dataclass(tp):
+        return _built(tp, v)
+    return decode_float(v) if tp is float else v
+
+
+def _json_form(tp: object, depth: int = 0) -> st.SearchStrategy:
+    """JSON forms of ``tp`` with any field left out or null, and a key that is no field."""
+    import dataclasses
+    import types
+    import typing
+
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of(*[_json_form(a, depth) for a in typing.get_args(tp) if a is not type(None)])
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return st.lists(st.none() | _json_form(args[0], depth + 1), max_size=2 if depth < 2 else 0)
+        return st.tuples(*[_json_form(a, depth + 1) for a in args]).map(list)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: st.none() | _json_form(hints[f.name], depth + 1) for f in dataclasses.fields(tp)}
+        return st.fixed_dictionaries({}, optional={**fields, "not_a_field": st.integers()})
+    return {str: st.text(max_size=5), int: st.integers(), bool: st.booleans(),
+            float: st.floats(allow_nan=False) | st.sampled_from(["NaN", "+Inf", "-Inf"]) | st.integers()}[tp]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_records_decode_as_the_dataclasses_would_build_them(data) -> None:
+    """``from_jsonable`` makes its instances without calling ``__init__`` (a function made
+    for each class): for every class of the model, any JSON form (fields left out, null,
+    nested, unknown keys) gives what the class's own ``__init__`` builds, attributes in
+    the same order; a record's ``to_json`` comes back as the same record."""
+    import dataclasses
+
+    from agentledger import model
+
+    classes = [v for v in vars(model).values() if isinstance(v, type) and dataclasses.is_dataclass(v)]
+    cls = data.draw(st.sampled_from(classes))
+    form = data.draw(_json_form(cls))
+    got, want = model.from_jsonable(cls, form), _built(cls, form)
+
+    def same(a: object, b: object) -> bool:  # NaN is no NaN's equal: compare the reprs' floats too
+        return repr(a) == repr(b) and (a == b or "nan" in repr(a))
+
+    assert type(got) is cls and same(got, want) and list(vars(got)) == list(vars(want))
+    assert not any(isinstance(x, list) for x in vars(got).values())
+    if cls is Record:
+        assert same(Record.from_json(got.to_json()), got)
