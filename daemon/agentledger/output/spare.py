@@ -58,7 +58,9 @@ class Spares:
 
     def __init__(self) -> None:
         self._held: dict[str, tuple[int, str, os.stat_result]] = {}
-        self.exchanges = _renameat2() is not None  # False once the file system refuses the call
+        # False once there is no such call or the file system refuses it; asked at the first
+        # swap, so that a sync that writes nothing loads no ctypes (~2 ms of a re-ingest)
+        self.exchanges = True
         self.leases = True  # False once the kernel refuses leases here (not EAGAIN: "in use")
 
     def __enter__(self) -> Spares:
@@ -77,9 +79,11 @@ class Spares:
         ``tmp`` names the old file, kept for the next write when nobody can see it
         change, removed otherwise. False: not swapped (no such call here, or the old
         file is gone): the caller renames as usual."""
-        if not self.exchanges:
+        call = _renameat2() if self.exchanges else None
+        if call is None:
+            self.exchanges = False
             return False
-        fn, get_errno = _renameat2()
+        fn, get_errno = call
         if fn(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) != 0:
             err = get_errno()
             if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
