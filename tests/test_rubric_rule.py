@@ -108,6 +108,34 @@ def test_switching_back_to_a_rubric_the_ledger_already_scored_rewrites_every_sid
     assert all(b"rubric_version: 3.0.0" in b for b in on_disk(gen.log).values())
 
 
+def test_a_switch_back_writes_the_bytes_the_ledger_kept_and_renders_only_those_it_did_not(
+        tmp_path: Path, monkeypatch) -> None:
+    """A switch back writes each sidecar from the bytes kept with its score
+    (``score_sidecars``): no payload is decoded or rendered. A score with no such row (a
+    ledger projected before the table existed) is rendered from its event. Either way the
+    files end as a fresh rebuild renders them, and the kept bytes are a rebuild's."""
+    from agentledger.ledger import sidecar_sync
+
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    conn = sqlite3.connect(db)
+    kept = dict(conn.execute("SELECT iteration, bytes FROM score_sidecars WHERE rubric_version = '2.1.0'"))
+    assert len(kept) == 30
+    with conn:
+        conn.execute("DELETE FROM score_sidecars WHERE rubric_version = '2.1.0' AND iteration % 3 = 0")
+    conn.close()
+    rendered = []
+    real = sidecar_sync.render_stored
+    monkeypatch.setattr(sidecar_sync, "render_stored", lambda job: rendered.append(len(job) > 2) or real(job))
+    code, _, err = _cli(cfg, "backfill", "--rubric", "2.1.0")
+    assert code == 0, err
+    assert sum(rendered) == 10 and len(rendered) == 30  # only the ten without a row were rendered
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "2.1.0" and on_disk(gen.log) == want
+    assert all(want[f"iter-{it}.score.yaml"] == data for it, data in kept.items())
+
+
 def test_a_switch_back_scores_only_what_changed_meanwhile_and_ends_as_a_ledger_that_never_left(
         tmp_path: Path) -> None:
     """Switching back reuses the scores whose inputs did not move (their inputs key

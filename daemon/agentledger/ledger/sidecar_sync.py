@@ -122,7 +122,7 @@ class SidecarSync:
                 continue
             path = seen.path(name)
             if not seen.holds(path, sha, recorded):
-                stale.append((name, seq))
+                stale.append((name, seq, iteration))
             elif path in problems:  # fixed by hand meanwhile
                 self._solved(path)
         sql = ("SELECT session_id, sidecar, sidecar_sha256, " + Seen.RECORDED + " FROM sessions s"
@@ -153,17 +153,19 @@ class SidecarSync:
                         report.sessions_written += self.write(seen.path(r["sidecar"]), data, report, fsync, fresh,
                                                               compare=False, spares=spares)  # known to differ
                     yield
-            self._write_scores(seen.prefix, stale, report, write_sessions(), len(sessions))
+            self._write_scores(seen.prefix, src.id, version, stale, report, write_sessions(), len(sessions))
         remember(conn, fresh)
         return report
 
-    def _write_scores(self, prefix: str, stale: list[tuple[str, int]], report: Outcome,
-                      alongside: Iterator[None], steps: int) -> None:
-        """Write the score sidecars ``stale`` names ((file name, its score event's seq)),
-        and take the ``steps`` steps of ``alongside`` (the session sidecars). When there
-        are many (a switch back to a rubric the ledger holds, a rebuild), the worker
-        processes decode, render and write them, a run of ``RENDER_RUN`` each
-        (``render_run``), while this process reads the next events and takes its steps
+    def _write_scores(self, prefix: str, source: str, version: str, stale: list[tuple[str, int, int]],
+                      report: Outcome, alongside: Iterator[None], steps: int) -> None:
+        """Write the score sidecars ``stale`` names ((file name, its score event's seq,
+        iteration)) under ``version``, and take the ``steps`` steps of ``alongside`` (the
+        session sidecars). Their bytes are the ledger's (``score_sidecars``), or rendered
+        from the events of scores projected before it kept them. When there are many (a
+        switch back to a rubric the ledger holds, a rebuild), the worker processes write
+        them (and render those), a run of ``RENDER_RUN`` each (``render_run``), while this
+        process reads the next ones and takes its steps
         between their results: a run swaps its files into place and frees no inode
         (``output/spare.py``), so two writers in one directory do not wait for each
         other. This process holds the gate for the whole sync; the workers take no lock."""
@@ -171,12 +173,12 @@ class SidecarSync:
         pool = parallel.pool_for(len(stale))
         if pool is None:
             with Spares() as spares:
-                for job in _stored(self.ctx.conn, prefix, stale):
+                for job in _stored(self.ctx.conn, prefix, stale, source, version):
                     path, data = render_stored(job)
                     report.sidecars_written += self.write(path, data, report, fsync, fresh, compare=False,
                                                           spares=spares)
         else:
-            stored = _stored(self.ctx.conn, prefix, stale)
+            stored = _stored(self.ctx.conn, prefix, stale, source, version)
             runs = ((fsync, run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), []))
             per_result = math.ceil(steps / math.ceil(len(stale) / RENDER_RUN))  # steps taken after each result
             for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs):
@@ -325,11 +327,24 @@ class Seen:
         self.fresh = []
 
 
-def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int]]) -> Iterator[tuple]:
-    """``render_stored``'s jobs for the score events ``stale`` names ((file name, seq)),
-    500 a query."""
+def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int, int]], source: str,
+            version: str) -> Iterator[tuple]:
+    """``render_stored``'s jobs for the scores ``stale`` names ((file name, its event's seq,
+    iteration)) under ``version``, 500 a query: (path, bytes) of those whose rendered bytes
+    the ledger keeps (``score_sidecars``), what to render of each other's event."""
     for at in range(0, len(stale), 500):
-        part = dict((seq, name) for name, seq in stale[at:at + 500])
+        rendered = dict(conn.execute(
+            "SELECT iteration, bytes FROM score_sidecars WHERE source = ? AND rubric_version = ? AND iteration IN"
+            " (SELECT value FROM json_each(?))", (source, version, json.dumps([it for *_, it in stale[at:at + 500]]))))
+        part = {}
+        for name, seq, it in stale[at:at + 500]:
+            data = rendered.get(it)
+            if data is not None:
+                yield prefix + name, data
+            else:
+                part[seq] = name
+        if not part:
+            continue
         for seq, kind, schema_version, *fields in conn.execute(
                 f"SELECT seq, type, schema_version, {STORED_SQL} FROM events WHERE seq IN"
                 " (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(list(part)),)).fetchall():

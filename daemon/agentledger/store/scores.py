@@ -61,7 +61,9 @@ def render_stored(job: tuple) -> tuple[str, bytes]:
     renders them: a bulk sync (a switch back to a rubric the ledger holds, a rebuild)
     renders in the worker processes. Each row is looked up by its stored JSON text
     (``sidecars.ROWS``: a row with -0.0 is another text than one with 0.0) and decoded
-    only when new."""
+    only when new. A job of (path, bytes) (the ``score_sidecars`` row) is its own answer."""
+    if len(job) == 2:
+        return job
     if len(job) == 4:
         path, type_, version, payload = job
         return path, render_score_payload(upcast(type_, version, json.loads(payload)))
@@ -95,7 +97,7 @@ def signals_of(breakdown: list[dict[str, Any]]) -> str:
 
 
 class ScoreFamily:
-    tables = ("scores", "ledger_state")
+    tables = ("scores", "score_sidecars", "ledger_state")
 
     def __init__(self, conn: sqlite3.Connection, sessions: SessionFamily) -> None:
         self.conn = conn
@@ -112,23 +114,31 @@ class ScoreFamily:
     _INSERT = ("INSERT OR REPLACE INTO scores (source, iteration, rubric_version, scored, value, band,"
                " inputs_hash, sidecar, sidecar_sha256, seq, inputs_key, signals) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
 
+    _SIDECAR = "INSERT OR REPLACE INTO score_sidecars (source, iteration, rubric_version, bytes) VALUES (?,?,?,?)"
+
     def _score_computed(self, ev: Event, p: dict[str, Any]) -> None:
-        self.conn.execute(self._INSERT, self._row(ev, p))
+        row, data = self._row(ev, p)
+        self.conn.execute(self._INSERT, row)
+        self.conn.execute(self._SIDECAR, (*row[:3], data))
 
     def scores_computed(self, events: list[Event]) -> None:
         """A run of ``score.computed`` events, in order: what ``_score_computed`` one by
-        one leaves, in one statement."""
-        self.conn.executemany(self._INSERT, [self._row(ev, ev.payload) for ev in events])
+        one leaves, in two statements."""
+        rows = [self._row(ev, ev.payload) for ev in events]
+        self.conn.executemany(self._INSERT, [r for r, _ in rows])
+        self.conn.executemany(self._SIDECAR, [(*r[:3], data) for r, data in rows])
 
-    def _row(self, ev: Event, p: dict[str, Any]) -> tuple:
-        """(``extra``: what a scoring worker computed beside the payload's ``PROJECTED``
-        fields, the sidecar's sha256 and the ``signals`` column; else from the payload.)"""
-        sha = ev.extra.get("sidecar_sha256") or sidecars.sha256(ev.extra.get("sidecar_bytes") or render_score_payload(p))
+    def _row(self, ev: Event, p: dict[str, Any]) -> tuple[tuple, bytes]:
+        """The ``scores`` row and the sidecar's bytes (``extra``: what a scoring worker
+        computed beside the payload's ``PROJECTED`` fields, the sidecar's bytes and sha256
+        and the ``signals`` column; else from the payload, as a rebuild renders it)."""
+        data = ev.extra.get("sidecar_bytes") or render_score_payload(p)
+        sha = ev.extra.get("sidecar_sha256") or sidecars.sha256(data)
         signals = ev.extra.get("signals")
         self.sessions.mark(ev.source, p["iteration"], p["rubric_version"])  # type: ignore[arg-type]
         return (ev.source, p["iteration"], p["rubric_version"], int(p["scored"]), real(decode_float(p["value"])),
                 p["band"], p["inputs_hash"], p["sidecar"], sha, ev.seq, p.get("inputs_key"),
-                signals if signals is not None else signals_of(p["breakdown"]))
+                signals if signals is not None else signals_of(p["breakdown"])), data
 
     def _rubric_activated(self, ev: Event, p: dict[str, Any]) -> None:
         self._state("active_rubric", p["version"])
