@@ -90,8 +90,9 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
 
 def render_run(job: tuple) -> tuple[int, list[tuple[str, str]], list[tuple]]:
     """In a worker process: one run of a large sync's stale score sidecars, (fsync,
-    [``store.scores.stored_job`` of each]), rendered from their events and written; the
-    syncing process holds the gate. How many were written, (path, error) of those that
+    [(path, the bytes kept with its score) or a ``store.scores.stored_job`` of each]),
+    rendered from their events where none were kept, and written; the syncing process
+    holds the gate. How many were written, (path, error) of those that
     were not, and the ``sidecar_seen`` rows of those that were."""
     fsync, jobs = job
     written, _, errors, seen = sidecars.write_many(
