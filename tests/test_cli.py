@@ -400,6 +400,18 @@ def test_each_command_line_builds_the_parser_of_its_own_command() -> None:
     assert vars(cli.build_parser("ingest", "ingest").parse_args(argv)) == vars(whole.parse_args(argv))
 
 
+def test_help_lists_every_command_in_its_own_words() -> None:
+    """`agentledger --help` (argparse formats each command's line with %, which "a 95 %
+    interval" broke: a TypeError instead of the list) and each command's own help."""
+    out = cli_subprocess("--help")
+    assert out.returncode == 0, out.stderr
+    from agentledger import cli
+
+    assert set(cli.COMMAND_GROUPS) <= set(out.stdout.split())
+    assert "with a 95 % interval" in " ".join(out.stdout.split())
+    assert "with a 95 % interval" in " ".join(cli_subprocess("compare", "--help").stdout.split())
+
+
 def test_a_command_logs_its_warnings_in_its_own_words_and_quiet_keeps_them_back(tmp_path: Path, empty_repo) -> None:
     """What the ledger logs at warning level reaches stderr as `agentledger: WARNING: …`,
     and `-q` keeps it back (errors only): the command line sets logging up for every

@@ -70,7 +70,7 @@ def build_parser(only: str | None = None, command: str | None = None) -> argpars
     def cmd(name: str, help: str) -> argparse.ArgumentParser:
         if command is not None and name != command:
             return _Skipped()  # type: ignore[return-value]
-        p = sub.add_parser(name, help=help, description=help)
+        p = sub.add_parser(name, help=help.replace("%", "%%"), description=help)  # help is %-formatted
         add_common_flags(p)
         return p
 
