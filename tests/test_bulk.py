@@ -54,21 +54,52 @@ def _pid(_: object) -> int:
     return os.getpid()
 
 
-def test_a_running_pool_takes_medium_batches(monkeypatch) -> None:
-    """Workers are started only for bulk work (the close-task hook never pays for them),
-    but once running (a daemon after its first scan) a batch of 64 or more uses them."""
+@pytest.fixture
+def no_pool(monkeypatch):
+    """No worker pool yet (this test starts its own), and none left after it."""
     if parallel.workers() < 2:
         pytest.skip("one core: no worker processes")
     monkeypatch.setattr(parallel, "_disabled", False)
     parallel.shutdown()
+    yield
+    parallel.shutdown()
+
+
+def test_a_running_pool_takes_medium_batches(no_pool) -> None:
+    """Workers are started only for bulk work (the close-task hook never pays for them),
+    but once running (a daemon after its first scan) a batch of 64 or more uses them."""
     me = os.getpid()
+    assert set(parallel.pmap(_pid, list(range(100)))) == {me}  # no pool yet: in-process
+    assert me not in set(parallel.pmap(_pid, list(range(parallel.THRESHOLD))))  # bulk starts it
+    assert me not in set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD))))
+    assert set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD - 1)))) == {me}
+
+
+def _young(_: object) -> int:
+    import gc
+
+    return gc.get_threshold()[0]
+
+
+def test_commands_and_workers_collect_garbage_at_the_bulk_pace(tmp_path: Path, empty_repo, no_pool) -> None:
+    """A cold ingest spent ~13 % of its committing process's CPU in the cyclic collector
+    at CPython's default pace (process/collector.py): every command and every worker
+    runs at the slower one."""
+    import gc
+
+    from agentledger.cli import main
+    from agentledger.process import collector
+
+    saved = gc.get_threshold()
     try:
-        assert set(parallel.pmap(_pid, list(range(100)))) == {me}  # no pool yet: in-process
-        assert me not in set(parallel.pmap(_pid, list(range(parallel.THRESHOLD))))  # bulk starts it
-        assert me not in set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD))))
-        assert set(parallel.pmap(_pid, list(range(parallel.WARM_THRESHOLD - 1)))) == {me}
+        gc.set_threshold(700, *saved[1:])
+        (tmp_path / "log").mkdir()
+        assert main(["ingest", "--iteration-log", str(tmp_path / "log"), "--repo", str(empty_repo.path),
+                     "--db", str(tmp_path / "l.sqlite"), "-q"]) == 0
+        assert gc.get_threshold() == (collector.YOUNG, *saved[1:])
+        assert set(parallel.pmap(_young, list(range(parallel.THRESHOLD)))) == {collector.YOUNG}
     finally:
-        parallel.shutdown()
+        gc.set_threshold(*saved)
 
 
 def test_pool_failure_falls_back_in_process(monkeypatch) -> None:

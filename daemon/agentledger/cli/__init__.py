@@ -16,6 +16,7 @@ import functools
 import sys
 from collections.abc import Sequence
 
+from ..process import collector
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, add_common_flags
 
 GROUPS = ("ingest", "read", "answers", "trajectories", "views", "team", "settings")  # help lists them in this order
@@ -107,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if not hook:  # the hook sets logging up only when it works itself (a running service may answer it)
         setup_logging(args)
+    collector.pace()
     import sqlite3
 
     from ..errors import AgentledgerError

@@ -131,8 +131,15 @@ def _start_pool(n: int):
     tmp = _pool_dir()
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["__main__", *PRELOAD])  # "__main__": multiprocessing's default
-    return ProcessPoolExecutor(max_workers=n, mp_context=context,
-                               initializer=lifetime.exit_with_parent, initargs=(os.getpid(), tmp))
+    return ProcessPoolExecutor(max_workers=n, mp_context=context, initializer=_worker_start,
+                               initargs=(os.getpid(), tmp))
+
+
+def _worker_start(parent: int, leftovers: str) -> None:  # in each worker, once, before its first job
+    from . import collector, lifetime
+
+    collector.pace()
+    lifetime.exit_with_parent(parent, leftovers)
 
 
 def imap_bounded(fn: Callable[[T], R], items: Iterator[T], *, in_flight: int | None = None) -> Iterator[R]:
