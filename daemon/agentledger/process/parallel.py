@@ -126,8 +126,6 @@ def _start_pool(n: int):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from . import lifetime
-
     tmp = _pool_dir()
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["__main__", *PRELOAD])  # "__main__": multiprocessing's default
