@@ -30,14 +30,18 @@ from hypothesis import strategies as st
 from .conftest import REAL_LOG, REFERENCE, copy_log, need_fixtures
 
 
-def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatch) -> None:
+def _real_log_ledger(tmp_path: Path, repo) -> tuple[Path, Ledger]:
+    """A writable copy of the real iteration log and a new ledger of it (``repo``: its git tree)."""
     need_fixtures()
+    log = copy_log(REAL_LOG, tmp_path / "log")
+    return log, Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"),
+                              iteration_logs=(make_source(log, repo.path),)))
+
+
+def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatch) -> None:
     monkeypatch.setattr(parallel, "THRESHOLD", 1)
-    log = tmp_path / "log"
-    copy_log(REAL_LOG, log)
-    cfg = Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(make_source(log, empty_repo.path),))
-    ledger = Ledger(cfg)
-    src = cfg.iteration_logs[0]
+    log, ledger = _real_log_ledger(tmp_path, empty_repo)
+    src = ledger.cfg.iteration_logs[0]
     try:
         ledger.ingest(src)
         ledger.ensure_rubric()
@@ -48,6 +52,54 @@ def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatc
     ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
     for p in ref.iterdir():
         assert (log / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_a_sync_of_more_iterations_than_sqlite_takes_variables(tmp_path: Path, empty_repo) -> None:
+    """A scoring pass ends by syncing the sidecars of the iterations it was given (a cold
+    ingest: every one): a placeholder each failed past SQLite's limit on variables (250,000
+    on Debian's build) with "too many SQL variables", after every score was committed and
+    before any stale sidecar was put right."""
+    log, ledger = _real_log_ledger(tmp_path, empty_repo)
+    src = ledger.cfg.iteration_logs[0]
+    try:
+        ledger.ingest(src)
+        ledger.ensure_rubric()
+        ledger.score(src)
+        ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
+        session = next(ref.glob("session-*.score.yaml")).name
+        for name in ("iter-7.score.yaml", session):
+            (log / name).write_bytes(b"stale\n")
+        many = list(range(ledger.ctx.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) + 1))
+        report = ledger.sidecars.sync(src, many)
+        assert (report.sidecars_written, report.sessions_written, report.errors) == (1, 1, [])
+        for name in ("iter-7.score.yaml", session):
+            assert (log / name).read_bytes() == (ref / name).read_bytes(), name
+    finally:
+        ledger.close()
+
+
+def test_a_full_pass_compares_each_sidecar_with_the_ledger_once(tmp_path: Path, empty_repo, monkeypatch) -> None:
+    """A scan ends by bringing every sidecar in line; it did so after its scoring pass had
+    synced the iterations it scored, so each sidecar the pass had just written was
+    stat'ed again (0.05-0.1 s at 10,000, with a core idle). Now one pass over the
+    sidecars, which skips those just written; one the pass did not write is still put right."""
+    from agentledger.ledger import sidecar_sync
+
+    compared: list[str] = []
+    holds = sidecar_sync.Seen.holds
+    monkeypatch.setattr(sidecar_sync.Seen, "holds", lambda self, path, *a: compared.append(path) or holds(self, path, *a))
+    log, ledger = _real_log_ledger(tmp_path, empty_repo)
+    try:
+        assert ledger.scan_all().scored == 46
+        assert compared == []  # every sidecar was just written by the pass
+        (log / "iter-7.score.yaml").write_bytes(b"stale\n")
+        report = ledger.scan_all()
+        assert (report.scored, report.sidecars_written) == (0, 1)
+        assert len(compared) == len(set(compared)) == 46 + 3  # each score's and session's sidecar, once
+    finally:
+        ledger.close()
+    ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
+    assert (log / "iter-7.score.yaml").read_bytes() == (ref / "iter-7.score.yaml").read_bytes()
 
 
 def _pid(_: object) -> int:

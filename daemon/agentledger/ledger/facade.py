@@ -247,15 +247,14 @@ class Ledger:
             return total  # the backfill scored and synced every source, and consumed the queue
         for src in cfg.iteration_logs:
             if src.path.is_dir() and src.id not in unreadable:
-                total.add(self.rescore(src, everything=rescore_all, progress=progress))
-                if not rescore_all:  # a full pass ends by syncing every sidecar itself
-                    total.add(self.sidecars.sync(src))
+                total.add(self.rescore(src, everything=rescore_all, progress=progress, sync_all=True))
         return total
 
     def rescore(self, src: IterationLogSource, *, everything: bool = False, backstop: bool = True,
-                progress: Progress | None = None) -> Outcome:
+                progress: Progress | None = None, sync_all: bool = False) -> Outcome:
         """Score what changed (or every iteration) under the ledger's active rubric;
-        errors are reported, never raised. ``backstop``: see ``Planner.affected``."""
+        errors are reported, never raised. ``backstop``: see ``Planner.affected``.
+        ``sync_all``: then bring every sidecar of the source in line (a full pass does)."""
         self.rubrics.follow()
         try:
             with self.ctx.repo(src).one_view():
@@ -266,11 +265,13 @@ class Ledger:
                     return self.scoring.score(src, finish=finish, progress=progress, between=self.detect)
                 todo = sorted(set(self.planner.affected(src, backstop=backstop)) | set(self.scoring.unverified(src)))
                 if todo:
-                    return self.scoring.score(src, todo, finish=finish, progress=progress, between=self.detect)
+                    return self.scoring.score(src, todo, finish=finish, progress=progress, between=self.detect,
+                                              sync_all=sync_all)
                 self.planner.record_trunk(src)
-                return Outcome()
+                report = Outcome()
         except SourceError as exc:
-            return Outcome(errors=[str(exc)])
+            report = Outcome(errors=[str(exc)])
+        return report.add(self.sidecars.sync(src)) if sync_all else report
 
 
 def _under(p: Path, root: Path) -> bool:

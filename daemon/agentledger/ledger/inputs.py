@@ -145,8 +145,8 @@ class Inputs:
         if not its:
             return {}
         rows = self.ctx.conn.execute(
-            f"SELECT iteration, outcome FROM {table} WHERE source = ? AND iteration IN (%s)" % ",".join("?" * len(its)),
-            [src.id, *its])
+            f"SELECT iteration, outcome FROM {table} WHERE source = ? AND iteration IN (SELECT value FROM json_each(?))",
+            (src.id, json.dumps(its)))
         return {r[0]: from_jsonable(cls, json.loads(r[1])) for r in rows}
 
     def _artifacts(self, src: IterationLogSource, paths: set[str] | None) -> tuple[dict[str, Artifact], list[Artifact]]:

@@ -154,7 +154,5 @@ class Rubrics:
             if reuse is not None:
                 todo |= set(self.scoring.not_reusable(src, reuse))
                 if len(todo) < count:
-                    report = self.scoring.score(src, sorted(todo), finish=finish, progress=progress)
-                    report.add(self.sync.sync(src))
-                    return report
+                    return self.scoring.score(src, sorted(todo), finish=finish, progress=progress, sync_all=True)
             return self.scoring.score(src, finish=finish, progress=progress)

@@ -27,10 +27,13 @@ class ScoringPass:
 
     def score(self, src: IterationLogSource, iterations: list[int] | None = None, *,
               progress: Progress | None = None, finish: Callable[[], None] | None = None,
-              between: Callable[[], Outcome] | None = None) -> Outcome:
+              between: Callable[[], Outcome] | None = None, sync_all: bool = False) -> Outcome:
         """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
         the pass's last transaction (its own one when nothing needed a new score);
-        ``between`` after each batch but the last (its report added to the pass's)."""
+        ``between`` after each batch but the last (its report added to the pass's).
+        ``sync_all``: the pass ends by bringing every sidecar of the source in line, not
+        only those of ``iterations`` (a caller that would sync them all next: one pass over
+        the sidecars, which skips those it has just written, instead of two)."""
         ctx, sync = self.ctx, self.sync
         report = Outcome()
         if iterations is None or len(iterations) > SWEEP_FROM:
@@ -95,7 +98,7 @@ class ScoringPass:
                 finish()
         # the sidecars of the scores that stood (the ledger may hold them from an earlier
         # activation of this rubric, or a file was edited): still brought in line
-        report.add(sync.sync(src, iterations, skip_iterations=written, skip_sessions=sessions))
+        report.add(sync.sync(src, None if sync_all else iterations, skip_iterations=written, skip_sessions=sessions))
         return report
 
     def _parts(self, src: IterationLogSource, iterations: list[int] | None) -> list[list[int] | None]:

@@ -104,8 +104,11 @@ class SidecarSync:
         if iterations is not None:
             if not iterations:
                 return report
-            filt = " AND iteration IN (%s)" % ",".join("?" * len(iterations))
-            args += list(iterations)
+            # one parameter, whatever the count (a placeholder each stopped at SQLite's limit
+            # on variables: a cold ingest of more than 250,000 iterations on Debian's build)
+            its = json.dumps(list(iterations))
+            filt = " AND iteration IN (SELECT value FROM json_each(?))"
+            args.append(its)
         # never from a score that came in by import and was not scored here (scoring_pass);
         # with what ``sidecar_seen`` recorded of each file, joined here
         seen = Seen(conn, src.path)
@@ -135,9 +138,9 @@ class SidecarSync:
                     " WHERE s.source = ? AND s.rubric_version = ?)")
             sargs += [src.id, version]
         if iterations is not None:
-            sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ? AND iteration IN (%s))"
-                    % ",".join("?" * len(iterations)))
-            sargs += [src.id, *iterations]
+            sql += (" AND session_id IN (SELECT session_id FROM iterations WHERE source = ?"
+                    " AND iteration IN (SELECT value FROM json_each(?)))")
+            sargs += [src.id, its]
         sessions = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
                     and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
