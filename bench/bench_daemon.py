@@ -110,6 +110,7 @@ def main() -> None:
     args = ap.parse_args()
     print(compile_bytecode(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="agentledger-daemon-bench-"))
+    proc = None
     try:
         gen = synth.generate(root / "gen", args.iterations)
         transcript = root / "claude" / "session.jsonl"
@@ -164,7 +165,7 @@ def main() -> None:
 
         warm, reloads = [], []
         for _ in range(3):
-            sock.setblocking(True)
+            sock.settimeout(600)  # a service that never says READY fails the run, not hangs it
             started = time.perf_counter()
             proc = subprocess.Popen(cmd, env={**os.environ, "NOTIFY_SOCKET": str(sock_path)},
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -184,7 +185,7 @@ def main() -> None:
 
         stops = []
         for k in range(3):
-            sock.setblocking(True)
+            sock.settimeout(600)  # a service that never says READY fails the run, not hangs it
             fresh = [*cmd[:-3], "--db", str(root / f"stopped-{k}.sqlite"), "-q"]
             proc = subprocess.Popen(fresh, env={**os.environ, "NOTIFY_SOCKET": str(sock_path)},
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -224,6 +225,9 @@ def main() -> None:
                   f" RSS samples (MB): {churn['rss_mb']}")
         print(json.dumps(result))
     finally:
+        if proc is not None and proc.poll() is None:  # a run that failed leaves no service behind
+            proc.kill()
+            proc.wait()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -700,3 +700,76 @@ def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_p
         notify.close()
     text = (tmp_path / "d2.log").read_text()
     assert text.count("shipping is off") == 1 and "Traceback" not in text and "will retry" not in text
+
+
+def _daemon(tmp_path: Path):
+    from agentledger.config import Config, StoreConfig
+    from agentledger.service.daemon import Daemon
+
+    return Daemon(lambda: Config(store=StoreConfig(path=tmp_path / "l.sqlite")))
+
+
+@contextlib.contextmanager
+def _handlers_restored():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def test_the_services_signal_handlers_call_nothing_that_can_wait(tmp_path: Path) -> None:
+    """A signal handler runs in the main thread between two of its bytecodes, whatever lock
+    that thread holds then: one that waits for a lock (a queue's, a logger's, an Event's)
+    can wait forever. SIGHUP's put a "reload" request on the main loop's queue, and the
+    service was found wedged for good (its main thread in ``Queue.get_nowait``, the handler
+    in ``Queue.put`` of the same queue; SIGTERM no longer stopped it); SIGTERM's logged and
+    set an Event. Each handler now only sets a flag."""
+    from agentledger.service.signals import SignalFlag
+
+    d = _daemon(tmp_path)
+    with _handlers_restored():
+        d.signals.install()
+        for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            handler = signal.getsignal(sig)
+            calls: list[str] = []
+
+            def profile(frame, event, arg, handler_code=getattr(handler, "__code__", None)):
+                if event == "c_call" and arg is not sys.setprofile:
+                    calls.append(f"C {arg.__qualname__}")
+                elif event == "call" and frame.f_code is not handler_code:
+                    calls.append(f"{frame.f_code.co_qualname}")
+
+            sys.setprofile(profile)
+            try:
+                handler(sig, None)
+            finally:
+                sys.setprofile(None)
+            allowed = {f"SignalFlag.{m}" for m in ("set",)}
+            assert [c for c in calls if c not in allowed] == [], (signal.Signals(sig).name, calls)
+    assert isinstance(d.stop, SignalFlag) and d.stop.is_set() and d.signals.reload.is_set()
+    assert d.signals.stop_signal == signal.SIGINT and list(d.requests.queue) == []  # the main loop makes the request
+
+
+def test_a_sighup_while_the_main_loop_holds_its_queue_is_taken_not_a_hang(tmp_path: Path) -> None:
+    """The wedge itself, with a real signal: the main thread holds the request queue's lock
+    (as ``Queue.get_nowait`` does, every tick of the loop) when SIGHUP arrives; the handler
+    ran there and waited for that lock for ever. A process of its own, so that a hang is a
+    timeout, not a stuck test run."""
+    script = f"""
+import os, signal, sys
+from pathlib import Path
+from agentledger.config import Config, StoreConfig
+from agentledger.service.daemon import Daemon
+d = Daemon(lambda: Config(store=StoreConfig(path=Path({str(tmp_path / 'l.sqlite')!r}))))
+d.signals.install()
+with d.requests.mutex:
+    os.kill(os.getpid(), signal.SIGHUP)
+    for _ in range(1000):  # the handler runs at one of these bytecodes, the lock held
+        pass
+print("asked", d.signals.reload.is_set())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "asked True"

@@ -20,7 +20,8 @@ How it runs, in order:
    its path: a writer thread lands the sidecars of large scoring passes (the
    next change is read meanwhile), and a checkpoint thread keeps the WAL short
    so that no commit stalls on an automatic checkpoint (``checkpointer``).
-4. SIGTERM/SIGINT: finish the current step (a long pass ends at its next batch's
+4. Signal handlers only set flags (``signals.py``), which the main loop acts on.
+   SIGTERM/SIGINT: finish the current step (a long pass ends at its next batch's
    commit), stop the scheduler, ``STOPPING=1``, exit 0. SIGHUP: ``RELOADING=1``,
    reload the configuration, watch anew, and ``READY=1`` after the new watches'
    catch-up scan (a changed rubric's backfill), so ``systemctl reload`` returns when done.
@@ -30,8 +31,6 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ from .backoff import backoff
 from .checkpointer import Checkpointer
 from .hook import HookServer
 from .notify import Notifier
+from .signals import Signals
 
 log = structlog.get_logger("agentledger.daemon")
 TICK_MS = 100  # how often the main loop runs with nothing changing (the watchdog, the scheduler's requests)
@@ -156,7 +156,8 @@ class Daemon:
         # `run --rubric X` activates X once, at the start; a reload reads the configuration
         # again but never re-asserts X over a later activation (the close-task hook's, say)
         self.load_config = lambda: replace(load_config(), explicit_rubric=None)
-        self.stop = threading.Event()
+        self.signals = Signals(log)
+        self.stop = self.signals.stop
         self.requests: queue.Queue[str] = queue.Queue()
         self.notifier = Notifier()
         self.ledger: Ledger | None = None
@@ -172,9 +173,7 @@ class Daemon:
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, lambda *_: self.requests.put("reload"))
+        self.signals.install()
         log_limits(self.cfg)
         self.ledger = self._open_ledger()
         if self.ledger is None:  # stopped while waiting for the store
@@ -227,11 +226,11 @@ class Daemon:
         granted. Exiting instead would only trade this loop for systemd's restart
         limit. Keeps systemd's start timeout extended while it waits."""
         delay = 0.5
-        while not self.stop.is_set():
+        while not self.signals.stopping():
             led = None
             try:
                 led = Ledger(self.cfg, background_writes=True)
-                led.ctx.stopping = self.stop.is_set  # a long pass ends at a batch on SIGTERM
+                led.ctx.stopping = self.signals.stopping  # a long pass ends at a batch on SIGTERM
                 led.register_sources()
                 if delay > 0.5:
                     log.info("recovered", step="open store")
@@ -265,10 +264,6 @@ class Daemon:
         if self.serve_hook:
             self.hook = HookServer(self.cfg, log).start()
 
-    def _on_stop(self, signum, _frame) -> None:
-        log.info("stop requested", signal=signal.Signals(signum).name)
-        self.stop.set()
-
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
         paths = self.ledger.watch_paths()
@@ -280,7 +275,7 @@ class Daemon:
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
         ready = False
-        while not self.stop.is_set():
+        while not self.signals.stopping():
             fresh = True
             for changes in watchfiles.watch(
                     *paths, watch_filter=_Filter(), debounce=self.cfg.daemon.debounce_ms, step=20,
@@ -308,7 +303,7 @@ class Daemon:
                 if self._drain():  # a reload took effect: watch its paths
                     paths = self.ledger.watch_paths()
                     break
-                if self.stop.is_set():
+                if self.signals.stopping():
                     return
 
     def _guard(self, what: str, fn: Callable[[], Outcome | None]) -> None:
@@ -338,6 +333,9 @@ class Daemon:
     def _drain(self) -> bool:
         rewatch = False
         while True:
+            if self.signals.reload.is_set():  # SIGHUP (see signals.py): a request like the others
+                self.signals.reload.clear()
+                self.requests.put("reload")
             try:
                 req = self.requests.get_nowait()
             except queue.Empty:
@@ -372,7 +370,7 @@ class Daemon:
             return
         assert self.ledger is not None
         moved = not same_ledger(cfg.store.path, self.cfg.store.path)
-        opened = open_reloaded(cfg, moved, self.stop.is_set)
+        opened = open_reloaded(cfg, moved, self.signals.stopping)
         if opened is None:
             return
         new, lock = opened
