@@ -44,11 +44,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import compile_bytecode
+from _common import Spawner, compile_bytecode
 from agentledger.example import synth
 
 
 PEAK_KB: dict[str, int] = {}  # command -> the largest peak RSS any run of it had
+SPAWNER = Spawner()  # started before this process generates a log (its own RSS stays out of the figures)
 
 
 AGENTLEDGER = Path(sys.executable).with_name("agentledger")  # the console script, as the workflow runs it
@@ -59,17 +60,11 @@ def run(args: list[str], env: dict | None = None, *, script: str | None = None) 
     Python, else ``python -m agentledger``; or ``python -c SCRIPT ARGS``)."""
     me = [str(AGENTLEDGER)] if AGENTLEDGER.exists() else [sys.executable, "-m", "agentledger"]
     cmd = [sys.executable, "-c", script, *args] if script else [*me, *args]
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    dt = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{err.decode(errors='replace')}")
+    dt, status, peak, err = SPAWNER.run(cmd, env)
+    if status != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{err}")
     name = "floor" if script else args[0]
-    PEAK_KB[name] = max(PEAK_KB.get(name, 0), usage.ru_maxrss)
+    PEAK_KB[name] = max(PEAK_KB.get(name, 0), peak)
     return dt
 
 
@@ -282,4 +277,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        SPAWNER.close()
