@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,10 +38,6 @@ class Spawner:
     stdout is discarded and its stderr kept (``run`` returns it on failure)."""
 
     def __init__(self) -> None:
-        import subprocess
-        import sys
-        import tempfile
-
         self._err = tempfile.NamedTemporaryFile(prefix="agentledger-bench-", suffix=".stderr", delete=False)
         self._err.close()
         self._proc = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE,
@@ -45,8 +45,6 @@ class Spawner:
 
     def run(self, cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str]:
         """(wall seconds, exit status, peak RSS KiB, stderr) of one command."""
-        import json
-
         self._proc.stdin.write(json.dumps([cmd, {**os.environ, **(env or {})}, self._err.name]) + "\n")
         self._proc.stdin.flush()
         seconds, status, peak = json.loads(self._proc.stdout.readline())

@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 
 from .conftest import REAL_LOG, REFERENCE, copy_log, need_fixtures
 
+REAL_REF = REFERENCE / "rubric-2.1.0" / "real-iteration-log"  # the Go scorer's sidecars of REAL_LOG
+
 
 def _real_log_ledger(tmp_path: Path, repo) -> tuple[Path, Ledger]:
     """A writable copy of the real iteration log and a new ledger of it (``repo``: its git tree)."""
@@ -49,8 +51,7 @@ def test_worker_pool_gives_the_same_bytes(tmp_path: Path, empty_repo, monkeypatc
         assert report.scored == 46 and parallel._pool is not None  # really went through workers
     finally:
         ledger.close()
-    ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
-    for p in ref.iterdir():
+    for p in REAL_REF.iterdir():
         assert (log / p.name).read_bytes() == p.read_bytes(), p.name
 
 
@@ -65,15 +66,14 @@ def test_a_sync_of_more_iterations_than_sqlite_takes_variables(tmp_path: Path, e
         ledger.ingest(src)
         ledger.ensure_rubric()
         ledger.score(src)
-        ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
-        session = next(ref.glob("session-*.score.yaml")).name
+        session = next(REAL_REF.glob("session-*.score.yaml")).name
         for name in ("iter-7.score.yaml", session):
             (log / name).write_bytes(b"stale\n")
         many = list(range(ledger.ctx.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) + 1))
         report = ledger.sidecars.sync(src, many)
         assert (report.sidecars_written, report.sessions_written, report.errors) == (1, 1, [])
         for name in ("iter-7.score.yaml", session):
-            assert (log / name).read_bytes() == (ref / name).read_bytes(), name
+            assert (log / name).read_bytes() == (REAL_REF / name).read_bytes(), name
     finally:
         ledger.close()
 
@@ -98,8 +98,7 @@ def test_a_full_pass_compares_each_sidecar_with_the_ledger_once(tmp_path: Path, 
         assert len(compared) == len(set(compared)) == 46 + 3  # each score's and session's sidecar, once
     finally:
         ledger.close()
-    ref = REFERENCE / "rubric-2.1.0" / "real-iteration-log"
-    assert (log / "iter-7.score.yaml").read_bytes() == (ref / "iter-7.score.yaml").read_bytes()
+    assert (log / "iter-7.score.yaml").read_bytes() == (REAL_REF / "iter-7.score.yaml").read_bytes()
 
 
 def _pid(_: object) -> int:
