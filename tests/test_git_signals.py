@@ -169,8 +169,8 @@ def test_commit_landing_after_close_flips_landed_and_rewrites_only_that_sidecar(
 
 
 def test_changed_files_of_more_commits_than_one_command_line_holds(tmp_path: Path, monkeypatch) -> None:
-    """50,000 SHAs on one `git show` command line are past ARG_MAX (the crash at 50,000
-    iterations): they go in bounded calls, and the answer does not depend on the bound."""
+    """50,000 SHAs on one `git show` command line were past ARG_MAX (the crash at 50,000
+    iterations): they go on stdin, in bounded calls, and the answer does not depend on the bound."""
     import subprocess
 
     from agentledger.example import synth
@@ -181,13 +181,53 @@ def test_changed_files_of_more_commits_than_one_command_line_holds(tmp_path: Pat
                           check=True).stdout.split()
     assert len(shas) > 450
     whole = git.GitRepo(str(gen.repo), "master").changed_files(shas)
-    monkeypatch.setattr(git, "ARGS_PER_CALL", 64)
+    monkeypatch.setattr(git, "SHAS_PER_CALL", 64)
     bounded = git.GitRepo(str(gen.repo), "master")
     calls = []
     real = bounded._run
-    bounded._run = lambda *a, **k: calls.append(len(a)) or real(*a, **k)
+    bounded._run = lambda *a, **k: calls.append((len(a), k["input"].count(b"\n"))) or real(*a, **k)
     assert bounded.changed_files(shas) == whole and all(v for v in whole.values())
-    assert len(calls) == -(-len(shas) // 64) and max(calls) == 64 + 5  # `show` and its 4 options
+    assert len(calls) == -(-len(shas) // 64) and max(n for _, n in calls) == 64
+    assert {a for a, _ in calls} == {8}  # `log` and its options: no SHA on a command line
+
+
+def test_changed_files_are_what_git_show_lists_merges_and_renames_included(make_repo) -> None:
+    """The changed files of each commit, asked for many at once, are what `git show
+    --name-only` prints for that commit alone: a root commit, a rename, an empty commit, a
+    merge (its dense combined diff: nothing when it only joins), a merge with a change of
+    its own, an octopus merge. (`git log` alone lists no file for any merge.)"""
+    from agentledger.sources.git import GitRepo
+
+    repo: Repo = make_repo()
+    shas = [repo.commit("root", {"a": "a\n", "b": "b\n", "c": "c\n"})]
+    repo.git("checkout", "-q", "-b", "side")
+    repo.git("mv", "b", "b2")
+    shas.append(repo.commit("side: rename and change", {"a": "a\nside\n"}))
+    repo.git("checkout", "-q", "master")
+    shas.append(repo.commit("master: change", {"c": "c\nmaster\n"}))
+    shas.append(repo.commit("empty"))
+    repo.git("merge", "-q", "--no-ff", "-m", "join", "side")
+    shas.append(repo.git("rev-parse", "HEAD"))
+    repo.git("checkout", "-q", "-b", "evil", shas[0])
+    repo.commit("evil side", {"c": "c\nevil\n"})
+    repo.git("checkout", "-q", "master")
+    repo.git("merge", "-q", "--no-ff", "--no-commit", "-X", "ours", "evil")
+    shas.append(repo.commit("merge with its own change", {"zz": "own\n"}))
+    tips = []
+    for name in ("o1", "o2"):
+        repo.git("checkout", "-q", "-b", name, shas[0])
+        tips.append(repo.commit(name, {name: name}))
+    repo.git("checkout", "-q", "master")
+    repo.git("merge", "-q", "-m", "octopus", *tips)
+    shas += [*tips, repo.git("rev-parse", "HEAD")]
+
+    def shown(sha: str) -> tuple[str, ...]:
+        out = repo.git("show", "--no-ext-diff", "--no-textconv", "--name-only", "--format=", sha)
+        return tuple(line for line in out.splitlines() if line.strip())
+
+    got = GitRepo(str(repo.path), "master").changed_files(shas)
+    assert got == {sha: shown(sha) for sha in shas}
+    assert got[shas[5]] == ("zz",) and got[shas[4]] == () and set(got[shas[1]]) == {"a", "b2"}
 
 
 def test_the_work_tree_check_brings_the_trunk_tip_in_one_process(tmp_path: Path, make_repo, monkeypatch) -> None:

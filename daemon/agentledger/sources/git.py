@@ -8,7 +8,9 @@ two full ``git log master`` passes, show). Here:
   the close-task hook's, by that one alone);
 * the work-tree check brings the trunk's tip (one ``rev-parse``);
 * the trunk log is streamed lazily, cached per trunk tip (``trunk_log.py``);
-* changed files for many commits come from one ``git show --name-only``.
+* changed files for many commits come from one ``git log --no-walk --stdin --name-only``
+  (what ``git show --name-only`` prints for each, merges' combined diffs included, at a
+  third of its cost for 10,000 commits).
 
 Git runs with the user's global and system configuration isolated, so its built-in
 defaults (rename detection on, C-quoted paths) hold as the reference's scores assume.
@@ -37,7 +39,7 @@ _ENV_OVERRIDES = {
     "GIT_OPTIONAL_LOCKS": "0",
     "LC_ALL": "C",
 }
-ARGS_PER_CALL = 2000  # SHAs on one command line (82 KB), far below ARG_MAX
+SHAS_PER_CALL = 5000  # commits whose changed files one git process lists (its output held at once)
 
 
 class GitError(AgentledgerError):
@@ -220,9 +222,12 @@ class GitRepo:
     # -- changed files (§4.5 step 4) ---------------------------------------------
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
-        for at in range(0, len(todo), ARGS_PER_CALL):  # bounded: 50,000 SHAs are past ARG_MAX
-            part = todo[at:at + ARGS_PER_CALL]
-            proc = self._run("show", "--no-ext-diff", "--no-textconv", "--name-only", "--format=%x1e%H", *part)
+        for at in range(0, len(todo), SHAS_PER_CALL):  # on stdin: 50,000 SHAs are past ARG_MAX on a command line
+            part = todo[at:at + SHAS_PER_CALL]
+            # what `git show --name-only` prints for each (``show`` took ~3x as long for 10,000),
+            # a merge's files as its dense combined diff gives them, as ``show`` does
+            proc = self._run("log", "--no-walk=unsorted", "--stdin", "--no-ext-diff", "--no-textconv", "--name-only",
+                             "--diff-merges=dense-combined", "--format=%x1e%H", input=("\n".join(part) + "\n").encode())
             if proc.returncode == 0:
                 for chunk in proc.stdout.decode("utf-8", "replace").split("\x1e")[1:]:
                     lines = chunk.split("\n")
