@@ -17,6 +17,11 @@ settings and durability: fsync on) on this machine and, over its unix socket:
   MB/s, and the process's RSS sampled through the pass; once as the database's owner
   (the admin) and once as a machine role of its own (``central add-machine``: what the
   server checks for every batch);
+* the catch-up's floor: a script that reads the same events from the same ledger (the
+  shipper's query, 5,000 a batch) and copies them as the shipper does (binary ``COPY``, the
+  same columns and types, two connections at once, a transaction a batch) into a table with
+  the events' columns and only their primary key: no trigger, no other index, no
+  projection. It is what storing these rows costs this server; the shipper cannot beat it;
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
   each band's count) and "the 50 newest scores across the team" on the result
   (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):
@@ -89,6 +94,58 @@ def payload_mb(ledgers: list[Path]) -> float:
                for p in ledgers) / 1e6
 
 
+SHIP_FLOOR = r"""
+import queue, sqlite3, sys, threading, uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from datetime import datetime, timezone
+import psycopg
+db, url = sys.argv[1:]
+cols = ("ledger_id, seq, origin, origin_seq, idempotency_key, stream, type, schema_version, content_hash,"
+        " occurred_at, recorded_at, source, source_path, source_position, payload, payload_text")
+types = ["uuid", "int8", "uuid", "int8", "text", "text", "text", "int4", "text", "text", "timestamptz", "text",
+         "text", "text", "bytea", "text"]
+with psycopg.connect(url, autocommit=True) as pg:
+    pg.execute("CREATE TABLE floor_events (ledger_id uuid, seq bigint, origin uuid, origin_seq bigint,"
+               " idempotency_key text, stream text, type text, schema_version int, content_hash text,"
+               " occurred_at text, recorded_at timestamptz, source text, source_path text, source_position text,"
+               " payload jsonb, payload_text text, PRIMARY KEY (ledger_id, seq))")
+local = sqlite3.connect(db)
+lid, free = uuid.uuid4(), queue.Queue()
+for _ in range(2):
+    free.put(psycopg.connect(url))
+def send(rows):
+    pg = free.get()
+    try:
+        with pg.transaction(), pg.cursor() as cur, \
+                cur.copy(f"COPY floor_events ({cols}) FROM STDIN (FORMAT BINARY)") as cp:
+            cp.set_types(types)
+            for seq, stream, type_, version, key, hash_, occurred, recorded, source, path, position, payload in rows:
+                at = datetime.fromisoformat(recorded)
+                cp.write_row((lid, seq, lid, None, key, stream, type_, version, hash_, occurred,
+                              at if at.tzinfo else at.replace(tzinfo=timezone.utc), source, path, position,
+                              b"\x01" + payload, None))
+    finally:
+        free.put(pg)
+after, inflight = 0, []
+with ThreadPoolExecutor(2) as pool:
+    while rows := local.execute("SELECT seq, stream, type, schema_version, idempotency_key, content_hash,"
+                                " occurred_at, recorded_at, source, source_path, source_position,"
+                                " CAST(payload AS BLOB) FROM events WHERE seq > ? ORDER BY seq LIMIT 5000",
+                                (after, )).fetchall():
+        after = rows[-1][0]
+        if len(inflight) == 2:  # a batch in flight on each connection: the next waits for one
+            done, pending = wait(inflight, return_when=FIRST_COMPLETED)
+            for f in done:
+                f.result()  # a batch that failed fails the floor
+            inflight = list(pending)
+        inflight.append(pool.submit(send, rows))
+    for f in inflight:
+        f.result()
+while not free.empty():
+    free.get().close()
+"""
+
+
 def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
     """One ledger's whole backlog in one ``agentledger ship``, its RSS sampled as it goes:
     as the admin, then as a machine role (into a database of its own)."""
@@ -96,6 +153,7 @@ def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
     copy_of(base, db, args.events_per_ledger)  # a team ledger (below), then copies of it: the same mix
     total = pad(db, args.catch_up, "1")
     mb = payload_mb([db])
+    rates: list[float] = []  # events/s of each catch-up
     for who in ("the admin", "a machine role"):
         url, env = cluster.create_database("catchup_" + who.split()[-1]), {}
         if who != "the admin":
@@ -115,6 +173,12 @@ def catch_up(cluster: pgcluster.Cluster, base: Path, root: Path, args) -> None:
               f" end of the pass: {', '.join(f'{v:.0f}' for v in at.values())} MB, peak {peak / 1024:.0f} MB")
         with sqlite3.connect(db) as c:
             c.execute("DELETE FROM ship_cursors")
+        rates.append(total / wall)
+    os.sync()
+    wall, _ = run([sys.executable, "-c", SHIP_FLOOR, str(db), cluster.create_database("catchup_floor")])
+    print(f"catch-up floor (the same rows copied the same way into a table with only their primary key):"
+          f" {wall:.1f} s = {total / wall:,.0f} events/s; the shipper at"
+          f" {', '.join(f'{r / (total / wall):.2f}x' for r in rates)} of it")
     db.unlink()
 
 
