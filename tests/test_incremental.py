@@ -434,3 +434,224 @@ def test_the_service_index_follows_what_another_writer_consumed(tmp_path: Path) 
     assert run_cli("ingest", "--iteration-log", str(gen.log), "--repo", str(gen.repo),
                    "--db", str(tmp_path / "fresh.sqlite"))[0] == 0
     assert scores(db) == scores(tmp_path / "fresh.sqlite")
+
+
+def test_a_few_changed_records_resolve_a_few_commits_not_every_iterations(tmp_path: Path) -> None:
+    """A one-off pass that finds a few records changed and no trunk move looks up each
+    one's successor (the next iteration whose commit resolves: its window starts at the
+    changed one's end) without resolving every iteration's commit; the successors are
+    those the index of every iteration gives, past unresolvable commits and at the end."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+    from agentledger.ledger.windows import Ends
+
+    gen = synth.generate(tmp_path / "gen", 150, seed=5)
+    for n in range(41, 47):  # six records whose commit resolves to nothing
+        p = gen.log / f"iter-{n}.yaml"
+        p.write_text(p.read_text().replace("\ncommit: ", "\ncommit: 0000000", 1))
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    led.scan_all()
+    led.close()
+
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))  # a new process
+    for n in (40, 90, 150):
+        p = gen.log / f"iter-{n}.yaml"
+        p.write_text(p.read_text().replace("retries:", "retries: 4\n  old_retries:", 1))
+    led.ingest(src)
+    repo = led.ctx.repo(src)
+    asked: list[str] = []
+    real = repo.resolve
+    repo.resolve = lambda refs, *a, **k: asked.extend(refs) or real(refs, *a, **k)
+    affected = led.planner.affected(src)
+    assert set(affected) == {40, 47, 90, 91, 150} and len(asked) < 40  # of 150 iterations
+
+    rows = led.conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?", (src.id,)).fetchall()
+    res = real([c for _, c in rows])
+    from agentledger.ledger.inputs import iso_ns
+
+    index = Ends({it: iso_ns(res[c].commit_time) for it, c in rows})
+    for changed in ({40}, {41, 44}, {46}, {45, 100, 149, 150}, {1, 2, 3}, {999}):
+        assert led.planner._next_resolving(src, repo, changed) == index.successors(changed), changed
+
+    # every iteration lacks a score under the active rubric (a first backfill to it): the
+    # planner takes them all and resolves nothing (the pass resolves each part as it gathers it)
+    led.planner._consumed = None
+    with led.conn:
+        led.conn.execute("DELETE FROM scores")  # (a projection: as if none had been computed)
+    asked.clear()
+    assert led.planner.affected(src) == sorted(r[0] for r in rows) and asked == []
+    led.close()
+
+
+def test_a_removed_record_moves_the_next_window_back_to_where_the_one_before_ends(tmp_path: Path) -> None:
+    """When an iteration's record is removed, the next iteration whose commit resolves now
+    has a window from the removed one's predecessor: transcript lines that fell in the
+    removed window count for it, and a targeted pass rescores it as a full pass does."""
+    gen = synth.generate(tmp_path / "gen", 30, seed=4)
+    transcripts = tmp_path / "claude"
+    transcripts.mkdir()
+    t0 = 1_760_000_000  # synth's commits land at t0 + 60*i
+    lines = [json.dumps({"type": "user", "timestamp": _iso(t0 + 60 * n - 20), "message": {"content": [
+        {"type": "tool_result", "is_error": error}]}})
+        for n, error in ((10, True), (11, False), (20, True), (21, False))]
+    (transcripts / "s.jsonl").write_text("\n".join(lines) + "\n")
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--transcripts", str(transcripts)]
+    fast, full = tmp_path / "targeted.sqlite", tmp_path / "full.sqlite"
+    for db in (fast, full):
+        assert run_cli("ingest", "--once", *common, "--db", str(db))[0] == 0
+    before = {r[1]: r for r in scores(fast)}
+    (gen.log / "iter-20.yaml").unlink()
+    code, out, err = run_cli("ingest", "--once", "--json", *common, "--db", str(fast))
+    assert code == 0, err
+    assert run_cli("ingest", "--once", "--rescore-all", *common, "--db", str(full))[0] == 0
+    after = {r[1]: r for r in scores(fast)}
+    assert after[21][3] != before[21][3]  # iteration 21's inputs now hold the removed window's line
+    assert scores(fast) == scores(full)
+
+    # the same in a process that keeps the index of the iterations' commit times (the service)
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    src = make_source(str(gen.log), str(gen.repo), transcripts=[str(transcripts)])
+    kept = tmp_path / "kept.sqlite"
+    led = Ledger(Config(store=StoreConfig(path=kept), iteration_logs=(src,)))
+    led.scan_all()
+    assert src.id in led.planner.ends
+    (gen.log / "iter-10.yaml").unlink()
+    kept_before = {r[1]: r for r in scores(kept)}
+    led.ingest_hint(src, {"iter-10.yaml"}, set())  # as the service's watch reports it
+    led.rescore(src, backstop=False)
+    assert src.id in led.planner.ends
+    led.close()
+    assert {r[1]: r for r in scores(kept)}[11][3] != kept_before[11][3]
+    assert run_cli("ingest", "--once", "--rescore-all", *common, "--db", str(full))[0] == 0
+    assert scores(kept) == {r for r in scores(full) if r[1] != 20}  # (20 was gone before this ledger began)
+
+
+def test_random_changes_rescore_as_a_full_pass_would(tmp_path: Path) -> None:
+    """A seeded run of random changes of every kind a log sees (records edited, removed,
+    brought back, their commit made unresolvable; hook outcomes and labels written and
+    removed; verification artifacts flipped; plan scopes changed; transcript lines in random
+    windows; trunk commits, reverts and a side branch landing). After each step a targeted
+    `ingest --once` of one ledger, and a long-lived ledger told of the files that changed
+    (as the service's watch tells it, then its trunk check), agree with a `--rescore-all`
+    of a third. RANDOM_CHANGES_SEED=N runs another sequence (seeds 1-90 pass; seed 7 found
+    the revert of test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it)."""
+    import random
+
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    rng = random.Random(int(os.environ.get("RANDOM_CHANGES_SEED", 20261127)))
+    n = 40
+    gen = synth.generate(tmp_path / "gen", n, seed=6)
+    transcripts = tmp_path / "claude"
+    transcripts.mkdir()
+    t0 = 1_760_000_000  # synth's commits land at t0 + 60*i
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--transcripts", str(transcripts)]
+    fast, full = tmp_path / "targeted.sqlite", tmp_path / "full.sqlite"
+    original = {i: (gen.log / f"iter-{i}.yaml").read_text() for i in range(1, n + 1)}
+    artifacts = sorted((gen.repo / ".agents/active/verification").glob("*/*.yaml"))
+    plans = sorted((gen.repo / ".agents/workflow/plans").glob("*/TASKS.yaml"))
+    touched: set[Path] = set()
+
+    def put(p: Path, text: str | None) -> None:
+        touched.add(p)
+        if text is None:
+            p.unlink(missing_ok=True)
+        else:
+            p.write_text(text)
+
+    def transcript_line() -> None:
+        at = t0 + 60 * rng.randint(1, n + 2) - rng.randint(1, 59)
+        touched.add(transcripts / "s.jsonl")
+        with (transcripts / "s.jsonl").open("a") as fh:
+            fh.write(json.dumps({"type": "user", "timestamp": _iso(at), "message": {"content": [
+                {"type": "tool_result", "is_error": rng.random() < 0.5}]}}) + "\n")
+
+    def trunk() -> None:
+        kind = rng.choice(["commit", "revert", "land"])
+        if kind == "land" and "side" in git(gen.repo, "branch", "--list", "side"):
+            git(gen.repo, "merge", "-q", "--no-ff", "-m", "land side", "side")
+            git(gen.repo, "branch", "-q", "-D", "side")
+        elif kind == "revert":
+            victim = git(gen.repo, "log", "--format=%H", "--grep", f"^iter {rng.randint(2, n)}:")
+            if victim and "\n" not in victim:
+                try:
+                    git(gen.repo, "revert", "--no-edit", victim)
+                except subprocess.CalledProcessError:  # a later commit changed the same lines
+                    git(gen.repo, "revert", "--abort")
+        else:
+            (gen.repo / "later.txt").write_text(str(rng.random()))
+            git(gen.repo, "add", "later.txt")
+            git(gen.repo, "commit", "-q", "-m", "later work")
+
+    log = gen.log
+    changes = {
+        "edit": lambda i: put(log / f"iter-{i}.yaml", original[i].replace(
+            "retries:", f"retries: {rng.randint(0, 5)}\n  old_retries:", 1)),
+        "unresolvable": lambda i: put(log / f"iter-{i}.yaml",
+                                      original[i].replace("\ncommit: ", "\ncommit: 0000000", 1)),
+        "remove": lambda i: put(log / f"iter-{i}.yaml", None),
+        "restore": lambda i: put(log / f"iter-{i}.yaml", original[i]),
+        "hook": lambda i: put(log / f"iter-{i}.hook-outcomes.yaml", synth.hook_sidecar(i, rng)),
+        "no hook": lambda i: put(log / f"iter-{i}.hook-outcomes.yaml", None),
+        "labels": lambda i: put(log / f"iter-{i}.labels.yaml", synth.labels_sidecar(i, rng)),
+        "no labels": lambda i: put(log / f"iter-{i}.labels.yaml", None),
+        "artifact": lambda i: put(rng.choice(artifacts),
+                                  f"schema_version: 1\nstatus: {rng.choice(['pass', 'fail'])}\n"),
+        "plan": lambda i: put(rng.choice(plans), f"tasks:\n  - id: t{rng.randint(0, 3)}-0\n    write_scope:"
+                                                  f" [\"{rng.choice(['src/', 'docs/', 'tests/'])}\"]\n"),
+        "transcript": lambda i: transcript_line(),
+        "trunk": lambda i: trunk(),
+    }
+    transcript_line()
+    src = make_source(str(gen.log), str(gen.repo), transcripts=[str(transcripts)])
+    service = Ledger(Config(store=StoreConfig(path=tmp_path / "service.sqlite"), iteration_logs=(src,)),
+                     background_writes=True)
+    try:
+        service.scan_all()
+        for db in (fast, full):  # the three ledgers share one history from here
+            assert run_cli("ingest", "--once", *common, "--db", str(db))[0] == 0
+        done = []
+        for step in range(24):
+            touched.clear()
+            for _ in range(rng.randint(1, 3)):
+                kind, i = rng.choice(sorted(changes)), rng.randint(1, n)
+                changes[kind](i)
+                done.append((kind, i))
+            for db, extra in ((fast, []), (full, ["--rescore-all"])):
+                code, _, err = run_cli("ingest", "--once", *extra, *common, "--db", str(db))
+                assert code == 0, err
+            assert scores(fast) == scores(full), f"step {step}: {done}"
+            service.ingest_paths(sorted(touched))  # what the watch saw
+            service.rescore(src)  # the trunk check
+            assert scores(tmp_path / "service.sqlite") == scores(full), f"service, step {step}: {done}"
+        assert len({kind for kind, _ in done}) >= 10  # the run met most kinds of change
+    finally:
+        service.close()
+
+
+def test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it(tmp_path: Path) -> None:
+    """A record whose commit does not resolve lands by its summary matching a trunk
+    commit's subject; when the trunk brings a revert of that commit, a targeted pass
+    rescores the record (now "later reverted"), as a full pass does."""
+    gen = synth.generate(tmp_path / "gen", 40, seed=6)
+    common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo)]
+    fast, full = tmp_path / "targeted.sqlite", tmp_path / "full.sqlite"
+    for db in (fast, full):
+        assert run_cli("ingest", "--once", *common, "--db", str(db))[0] == 0
+    with sqlite3.connect(fast) as c:
+        matched = [(it, row["detail"]) for it, bd in c.execute("SELECT iteration, breakdown FROM score_details")
+                   for row in json.loads(bd) if row["signal"] == "landed" and "message-matched" in row["detail"]
+                   and "reverted" not in row["detail"]]
+    assert matched, "the generated log has a record that lands by its summary"
+    it, detail = matched[0]
+    git(gen.repo, "revert", "--no-edit", detail.split("message-matched ", 1)[1].split()[0].rstrip(","))
+    assert run_cli("ingest", "--once", *common, "--db", str(fast))[0] == 0
+    assert run_cli("ingest", "--once", "--rescore-all", *common, "--db", str(full))[0] == 0
+    with sqlite3.connect(fast) as c:
+        (after,) = c.execute("SELECT breakdown FROM score_details WHERE iteration = ?", (it,)).fetchone()
+    assert "later reverted by" in next(r["detail"] for r in json.loads(after) if r["signal"] == "landed")
+    assert scores(fast) == scores(full)

@@ -22,6 +22,9 @@ from .trunk_index import TrunkIndex
 from .windows import Ends, windows_meeting
 
 
+FEW = 64  # changed iterations whose successors are looked up one by one when no index is built
+
+
 class Planner:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -108,7 +111,13 @@ class Planner:
                     shas, subjects, runs = range_facts(repo, old, tip)
                     out |= self._moved_forward(src, repo, cached, shas)
                     out |= cached.on_trunk(shas, subjects, runs)
-            if out or spans:
+            # the commit-time index (every iteration's commit resolved) only where it pays: it is
+            # kept up to date once built (the service); a one-off command's few changes look up
+            # their successors alone, and a pass that takes every iteration needs none
+            indexed = src.id in self.ends
+            if out and not spans and not indexed and len(out) <= FEW:
+                out |= self._next_resolving(src, repo, out)
+            elif (out or spans) and (indexed or len(out) <= FEW or not self._covers_all(src, out)):
                 ends = self._commit_times(src, repo, set() if fresh else {
                     int(r[3]) for r in queued if r[2] == "iteration" and r[1] == src.id})
                 out |= ends.successors(out)
@@ -116,6 +125,38 @@ class Planner:
                     out |= windows_meeting(ends.items(), spans)
         self._pending_tip = (src.id, tip)
         return sorted(out)
+
+    def _next_resolving(self, src: IterationLogSource, repo: GitRepo, changed: set[int]) -> set[int]:
+        """``Ends.successors(changed)`` without the index of every iteration's commit time:
+        the iterations after each changed one, a few at a time, until one's commit
+        resolves (nearly always the next). A one-off command (``ingest --once``) that
+        finds a few records changed and no trunk move resolves a few commits, not every
+        iteration's (two git processes over 10,000 commits, ~0.25 s)."""
+        conn, out, step = self.ctx.conn, set(), 4
+        todo = {it: it for it in changed}  # changed iteration -> the last one looked at after it
+        while todo:
+            after = {it: conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration > ?"
+                                      " ORDER BY iteration LIMIT ?", (src.id, last, step)).fetchall()
+                     for it, last in todo.items()}
+            res = repo.resolve([c for rows in after.values() for _, c in rows])
+            for it, rows in after.items():
+                hit = next((j for j, c in rows if iso_ns(res[c].commit_time) is not None), None)
+                if hit is not None or len(rows) < step:  # found, or no later iteration resolves
+                    out.update(() if hit is None else (hit,))
+                    del todo[it]
+                else:
+                    todo[it] = rows[-1][0]
+            step = min(4 * step, 1024)
+        return out
+
+    def _covers_all(self, src: IterationLogSource, out: set[int]) -> bool:
+        """Whether ``out`` holds every iteration of ``src`` (a first pass under a rubric):
+        then no successor or window can add one, and no commit need be resolved here (the
+        pass's gathering resolves each part's as the workers start on the first)."""
+        conn = self.ctx.conn
+        if len(out) < conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]:
+            return False
+        return all(r[0] in out for r in conn.execute("SELECT iteration FROM iterations WHERE source = ?", (src.id,)))
 
     def _moved_forward(self, src: IterationLogSource, repo: GitRepo, index: TrunkIndex,
                        shas: set[str]) -> set[int]:

@@ -110,13 +110,12 @@ class Ends:
         return [(it, self.at[it]) for it in self.order]
 
     def successors(self, changed: set[int]) -> set[int]:
-        """For each changed iteration (of those known here), the next one in order whose
-        commit resolves: its window starts where the changed one's ends."""
+        """For each changed iteration, the next one in order whose commit resolves: its
+        window starts where the changed one's ends, or, when the changed one was removed,
+        where the one before it ends (it holds the removed one's window now)."""
         out = set()
         order, at = self.order, self.at
         for it in changed:
-            if it not in at:
-                continue
             for j in range(bisect.bisect_right(order, it), len(order)):
                 if at[order[j]] is not None:
                     out.add(order[j])
