@@ -86,7 +86,9 @@ class TrunkIndex:
     def on_trunk(self, shas: set[str], subjects: set[str], runs: set[str]) -> set[int]:
         """The iterations a forward move can change: their commit is one of the new ones,
         or a new commit reverts it (``runs``: hex runs of revert messages), or it does not
-        resolve and a new commit has its summary as subject."""
+        resolve and a new commit has its summary as subject; and with a revert, every one
+        whose commit does not resolve: the trunk commit its summary matched (which this index
+        does not hold) may be the one reverted."""
         out: set[int] = set()
         for sha in shas:
             out.update(_members(self.by_sha, sha))
@@ -94,6 +96,8 @@ class TrunkIndex:
             for sha in self.by_sha:
                 if any(sha.startswith(r) for r in runs):
                     out.update(_members(self.by_sha, sha))
+            for matched in self.by_subject.values():
+                out.update(matched if isinstance(matched, set) else (matched,))
         for subject in subjects:
             out.update(_members(self.by_subject, subject))
         return out
