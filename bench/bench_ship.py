@@ -19,7 +19,7 @@ settings and durability: fsync on) on this machine and, over its unix socket:
   server checks for every batch);
 * the catch-up's floor: a script that reads the same events from the same ledger (the
   shipper's query, 5,000 a batch) and copies them as the shipper does (binary ``COPY``, the
-  same columns and types, two connections at once, a transaction a batch) into a table with
+  shipper's columns and types, two connections at once, a transaction a batch) into a table with
   the events' columns and only their primary key: no trigger, no other index, no
   projection. It is what storing these rows costs this server; the shipper cannot beat it;
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
@@ -95,15 +95,12 @@ def payload_mb(ledgers: list[Path]) -> float:
 
 
 SHIP_FLOOR = r"""
-import queue, sqlite3, sys, threading, uuid
+import queue, sqlite3, sys, uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 import psycopg
+from agentledger.central.ship import COLUMNS as cols, COPY_TYPES as types, LOCAL_BATCH  # the shipper's own
 db, url = sys.argv[1:]
-cols = ("ledger_id, seq, origin, origin_seq, idempotency_key, stream, type, schema_version, content_hash,"
-        " occurred_at, recorded_at, source, source_path, source_position, payload, payload_text")
-types = ["uuid", "int8", "uuid", "int8", "text", "text", "text", "int4", "text", "text", "timestamptz", "text",
-         "text", "text", "bytea", "text"]
 with psycopg.connect(url, autocommit=True) as pg:
     pg.execute("CREATE TABLE floor_events (ledger_id uuid, seq bigint, origin uuid, origin_seq bigint,"
                " idempotency_key text, stream text, type text, schema_version int, content_hash text,"
@@ -128,10 +125,7 @@ def send(rows):
         free.put(pg)
 after, inflight = 0, []
 with ThreadPoolExecutor(2) as pool:
-    while rows := local.execute("SELECT seq, stream, type, schema_version, idempotency_key, content_hash,"
-                                " occurred_at, recorded_at, source, source_path, source_position,"
-                                " CAST(payload AS BLOB) FROM events WHERE seq > ? ORDER BY seq LIMIT 5000",
-                                (after, )).fetchall():
+    while rows := local.execute(LOCAL_BATCH, (after, 5000)).fetchall():
         after = rows[-1][0]
         if len(inflight) == 2:  # a batch in flight on each connection: the next waits for one
             done, pending = wait(inflight, return_when=FIRST_COMPLETED)
