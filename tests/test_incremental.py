@@ -531,12 +531,13 @@ def test_a_removed_record_moves_the_next_window_back_to_where_the_one_before_end
 
 def test_random_changes_rescore_as_a_full_pass_would(tmp_path: Path) -> None:
     """A seeded run of random changes of every kind a log sees (records edited, removed,
-    brought back, their commit made unresolvable; hook outcomes and labels written and
-    removed; verification artifacts flipped; plan scopes changed; transcript lines in random
-    windows; trunk commits, reverts and a side branch landing). After each step a targeted
+    brought back, made unresolvable or malformed; hook outcomes (some malformed) and labels
+    written and removed; verification artifacts flipped; plan scopes changed; transcript
+    lines in random windows; trunk commits, reverts and a side branch landing; an archive,
+    historical.yaml, of a few iterations written and removed). After each step a targeted
     `ingest --once` of one ledger, and a long-lived ledger told of the files that changed
     (as the service's watch tells it, then its trunk check), agree with a `--rescore-all`
-    of a third. RANDOM_CHANGES_SEED=N runs another sequence (seeds 1-90 pass; seed 7 found
+    of a third. RANDOM_CHANGES_SEED=N runs another sequence (seeds 1-120 pass; seed 7 found
     the revert of test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it)."""
     import random
 
@@ -580,12 +581,22 @@ def test_random_changes_rescore_as_a_full_pass_would(tmp_path: Path) -> None:
             if victim and "\n" not in victim:
                 try:
                     git(gen.repo, "revert", "--no-edit", victim)
-                except subprocess.CalledProcessError:  # a later commit changed the same lines
-                    git(gen.repo, "revert", "--abort")
+                except subprocess.CalledProcessError:  # a conflict, or reverted already (nothing to commit)
+                    subprocess.run(["git", "-C", str(gen.repo), "revert", "--abort"], capture_output=True)
         else:
             (gen.repo / "later.txt").write_text(str(rng.random()))
             git(gen.repo, "add", "later.txt")
             git(gen.repo, "commit", "-q", "-m", "later work")
+
+    def archive(its: list[int]) -> str:
+        """``historical.yaml`` (v1 records) for ``its``: a dedicated record wins over its
+        entry; an entry stands in for a removed record, or for one the log never had."""
+        entries = []
+        for i in its:
+            commit = original[i].split("\ncommit: ", 1)[1].split("\n", 1)[0] if i in original else "feedbee"
+            entries.append(f"  - schema_version: 1\n    iteration: {i}\n    date: \"2026-04-0{i % 9 + 1}\"\n"
+                           f"    commit: \"{commit}\"\n    scope_note: {rng.choice(['on-target', 'scope-breach'])}\n")
+        return "iterations:\n" + "".join(entries)
 
     log = gen.log
     changes = {
@@ -605,6 +616,10 @@ def test_random_changes_rescore_as_a_full_pass_would(tmp_path: Path) -> None:
                                                   f" [\"{rng.choice(['src/', 'docs/', 'tests/'])}\"]\n"),
         "transcript": lambda i: transcript_line(),
         "trunk": lambda i: trunk(),
+        "malformed": lambda i: put(log / f"iter-{i}.yaml", original[i][: rng.randint(20, 200)] + "\n  - [unclosed\n"),
+        "bad hook": lambda i: put(log / f"iter-{i}.hook-outcomes.yaml", "records: {not: [a list\n"),
+        "archive": lambda i: put(log / "historical.yaml", archive(rng.sample(range(1, n + 3), rng.randint(1, 4)))),
+        "no archive": lambda i: put(log / "historical.yaml", None),
     }
     transcript_line()
     src = make_source(str(gen.log), str(gen.repo), transcripts=[str(transcripts)])
