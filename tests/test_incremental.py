@@ -670,3 +670,30 @@ def test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it(tmp_pat
         (after,) = c.execute("SELECT breakdown FROM score_details WHERE iteration = ?", (it,)).fetchone()
     assert "later reverted by" in next(r["detail"] for r in json.loads(after) if r["signal"] == "landed")
     assert scores(fast) == scores(full)
+
+
+def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path: Path) -> None:
+    """A SIGTERM that comes while the planner builds its index of every iteration's commit
+    (~3.5 s at 100,000) or while a part's inputs are gathered ends the pass there, not
+    after the next batch of scores; nothing of the pass is committed, its queue stays,
+    and the next pass does the work."""
+    import pytest
+
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.errors import Stopping
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 50)
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    try:
+        led.ingest(src)
+        led.ctx.stopping = lambda: True
+        with pytest.raises(Stopping):
+            led.rescore(src)
+        assert led.conn.execute("SELECT count(*) FROM events WHERE type = 'score.computed'").fetchone()[0] == 0
+        assert led.conn.execute("SELECT count(*) FROM pending").fetchone()[0] > 0
+        led.ctx.stopping = lambda: False
+        assert led.rescore(src).scored == 50
+    finally:
+        led.close()
