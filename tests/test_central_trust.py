@@ -5,6 +5,7 @@ writes whatever the SQL and whoever the role, a machine writes only its own ledg
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -192,10 +193,16 @@ def test_a_local_runaway_query_stops_at_its_time_limit(tmp_path: Path) -> None:
     forever = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
     proc = cli_subprocess("query", "--db", str(db), "--timeout", "0.5", forever)
     assert proc.returncode == 1 and "time limit" in one_line(proc.stderr)
+    # the CPU a whole `query` of nothing takes here (start, imports, a fresh clone's bytecode
+    # compiled on the way): past that and 0.3 s more, a runaway one is inside its query
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert cli_subprocess("query", "--db", str(db), "SELECT 1").returncode == 0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    startup = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     p = subprocess.Popen([sys.executable, "-m", "agentledger", "query", "--db", str(db), "--timeout", "0", forever],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: _cpu_seconds(p.pid) > 0.3, 60)  # inside the query, not still starting
+        wait_until(lambda: _cpu_seconds(p.pid) > startup + 0.3, 60)  # inside the query, not still starting
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 1 and "interrupted (Ctrl-C)" in one_line(err)
