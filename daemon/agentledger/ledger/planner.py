@@ -105,7 +105,7 @@ class Planner:
                     res = repo.resolve([r[1] for r in rows])
                     cached = self.facts[src.id] = TrunkIndex([tuple(r) for r in rows], res)
                     self.ends[src.id] = Ends({it: iso_ns(res[c].commit_time) for it, c, _ in rows})
-                    self.ctx.check_stop()  # that took a while (~3.5 s at 100,000): a SIGTERM need not wait on
+                    self.ctx.check_stop()  # the index took a while (~3.5 s at 100,000): a SIGTERM ends the pass here
                 if not forward or old is None or tip is None:
                     out |= set(cached.refs)  # first pass, no trunk, or rewritten history
                 else:

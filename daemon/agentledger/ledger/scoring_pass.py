@@ -35,7 +35,6 @@ class ScoringPass:
         only those of ``iterations`` (a caller that would sync them all next: one pass over
         the sidecars, which skips those it has just written, instead of two)."""
         ctx, sync = self.ctx, self.sync
-        ctx.check_stop()  # (a SIGTERM while the planner looked: before the first part is gathered and scored)
         report = Outcome()
         if iterations is None or len(iterations) > SWEEP_FROM:
             # the close-task hook does not list the directory (its cost grew with the log):
@@ -148,7 +147,7 @@ class ScoringPass:
         """Each iteration's scoring job, a part's inputs gathered when the workers come to
         it: the next part is gathered here while they score the last chunks of this one."""
         for part in parts:
-            self.ctx.check_stop()  # between parts too: a stop need not wait for the next batch's commit
+            self.ctx.check_stop()  # before each part, the first included: a stop need not wait for a batch's commit
             sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u"
                    " ON u.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?")
             args: list = [src.id, version]
