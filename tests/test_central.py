@@ -420,6 +420,32 @@ def test_migration_2_gives_the_payloads_jsonb_could_not_hold_a_jsonb_the_project
                          " AND contype = 'f'").fetchone()[0] == 0
 
 
+def test_a_new_record_of_an_iteration_updates_its_central_row_in_its_page(pg, tmp_path: Path) -> None:
+    """Migration 5 keeps room on the pages of the iterations table: new records of one
+    iteration in ten (as a catch-up's batch has them) are heap-only updates, with no index
+    entry and no other page. (Their new scores change scored_at, which is indexed.)"""
+    import psycopg
+
+    url = pg.create_database("room")
+    db, args = machine(tmp_path, 300)
+    assert ship(url, db).returncode == 0
+    log = Path(args[1])
+    for n in range(10, 301, 10):
+        record = log / f"iter-{n}.yaml"
+        text, edits = re.subn(r"(?m)^(\s*)retries: \d+$", r"\1retries: 7", record.read_text(), count=1)
+        assert edits == 1
+        record.write_text(text)
+    assert run_cli("ingest", *args)[0] == 0
+    assert ship(url, db).returncode == 0
+    query = ("SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+             " WHERE schemaname = 'agentledger' AND relname IN ('scores', 'iterations') ORDER BY 1")
+    with psycopg.connect(url, autocommit=True) as c:
+        # the shipper's server process reports its counts as it exits, after the client has
+        stats = wait_until(lambda: (rows := c.execute(query).fetchall()) and all(r[1] >= 30 for r in rows) and rows,
+                           timeout=60)
+    assert stats == [("iterations", 30, 30), ("scores", 30, 0)]
+
+
 def test_the_local_product_never_imports_psycopg(tmp_path: Path) -> None:
     db, args = machine(tmp_path / "m", 5)
     probe = ("import sys, runpy; sys.argv = ['agentledger', *sys.argv[1:]];"

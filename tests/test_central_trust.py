@@ -351,7 +351,8 @@ def test_upgrading_a_database_of_one_shared_role_keeps_every_event(pg, tmp_path:
     events = assert_exactly_the_union(old, [db])
     proc = cli_subprocess("central", "init", old)
     assert proc.returncode == 0, proc.stderr
-    assert "schema version 4 (1 migration(s) applied)" in proc.stdout
+    last = len(schema.migration_files())
+    assert f"schema version {last} ({last - 3} migration(s) applied)" in proc.stdout
     assert assert_exactly_the_union(old, [db]) == events
     assert ship(fresh, db).returncode == 0
     view = "SELECT source, iteration, rubric_version, value, band, session_id FROM latest_scores ORDER BY 1, 2"
