@@ -421,7 +421,7 @@ def test_migration_2_gives_the_payloads_jsonb_could_not_hold_a_jsonb_the_project
 
 
 def test_a_new_record_of_an_iteration_updates_its_central_row_in_its_page(pg, tmp_path: Path) -> None:
-    """Migration 5 keeps room on the pages of the iterations table: new records of one
+    """The projection code keeps room on the pages of the iterations table: new records of one
     iteration in ten (as a catch-up's batch has them) are heap-only updates, with no index
     entry and no other page. (Their new scores change scored_at, which is indexed.)"""
     import psycopg

@@ -327,6 +327,35 @@ def test_a_machine_ships_only_its_own_ledger_and_cannot_erase_or_forge(pg, tmp_p
     assert_exactly_the_union(url, [alice, bob_more])
 
 
+def test_a_machine_ships_on_against_older_projection_code_until_the_admins_init(pg, tmp_path: Path) -> None:
+    """New projection code (schema/central/projection.sql) does not stop a machine role: it
+    ships against the server's older code, which it cannot replace, and the admin's next
+    `central init` installs the new one, with the iterations table's room for updates."""
+    import psycopg
+
+    from agentledger.central import projection
+
+    url = pg.create_database("older_code")
+    assert cli_subprocess("central", "init", url).returncode == 0
+    machine_url, env = as_role(tmp_path, add_role(url, "add-machine", "older_code_box"), url)
+    options = "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'agentledger.iterations'::regclass"
+    installed = "SELECT sha256 FROM agentledger.installed_code WHERE name = 'projection'"
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute(options).fetchone()[0] == ["fillfactor=80"]
+        c.execute("ALTER TABLE agentledger.iterations RESET (fillfactor)")  # a server the code before set up
+        c.execute("UPDATE agentledger.installed_code SET sha256 = 'older' WHERE name = 'projection'")
+    db, _ = machine(tmp_path / "m", 20)
+    proc = cli_subprocess("ship", "--central", machine_url, "--db", str(db), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert_exactly_the_union(url, [db])
+    with psycopg.connect(url) as c:
+        assert c.execute(options).fetchone()[0] == [] and c.execute(installed).fetchone()[0] == "older"
+    assert cli_subprocess("central", "init", url).returncode == 0
+    with psycopg.connect(url) as c:
+        assert c.execute(options).fetchone()[0] == ["fillfactor=80"]
+        assert c.execute(installed).fetchone()[0] == projection.sha256()
+
+
 def test_upgrading_a_database_of_one_shared_role_keeps_every_event(pg, tmp_path: Path) -> None:
     """A team ledger at migration 3 (one owner role ships for everyone) → `central init`
     → every event stays, the projections are those a fresh ship gives, and add-machine

@@ -140,3 +140,14 @@ END $$;
 
 REVOKE ALL ON FUNCTION agentledger.project(uuid, bigint, bigint, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION agentledger.project(uuid, bigint, bigint, text[]) TO agentledger_machine;
+
+-- Room on each page of the iterations table, whose rows a new record of an iteration
+-- already held updates: on a full page the new version goes to another page, with an
+-- entry in each index; with a fifth of each page free it stays on its page and touches no
+-- index (a heap-only update: the record's session, the one indexed column besides the
+-- key, is unchanged). Pages written before keep what they hold until rewritten. The
+-- scores table is left full: a new score changes scored_at, which is indexed, so it
+-- needs its index entries anyway. Set here rather than by a numbered migration: a
+-- machine that meets a schema behind its own stops shipping until the admin's
+-- `central init`, but one that meets older code here ships on, and that init sets this.
+ALTER TABLE agentledger.iterations SET (fillfactor = 80);
