@@ -243,6 +243,30 @@ def test_a_scan_with_nothing_changed_reads_nothing_and_misses_no_edit(tmp_path: 
     assert sidecar.read_text() == stext  # the ledger's bytes again
 
 
+def test_many_candidates_find_their_checkpoints_on_their_side(tmp_path: Path) -> None:
+    """Past 500 candidates, the checkpoints are read by side (log files, named in the log
+    directory; artifacts and plans, named in the repository) rather than by name: each
+    candidate still gets its own, whichever side it is on, or both sides together."""
+    from agentledger.sources.iterlogs import files as S
+
+    gen, src, led = _daemon_ledger(tmp_path)
+    try:
+        logs = S.log_candidates(src, sorted(p.name for p in gen.log.iterdir() if not p.name.endswith(".score.yaml")))
+        arts = S.artifact_candidates(src, led.iterlogs.artifact_refs(src, None)) + S.tasks_candidates(src)
+        assert len(logs) > 60 and len(arts) > 10
+        with sqlite3.connect(tmp_path / "l.sqlite") as c:
+            sides = {True: set(), False: set()}
+            for path, kind in c.execute("SELECT path, kind FROM source_checkpoints"):
+                sides[kind in S.LOG_KINDS].add(path)
+        for cands, want in ((logs, sides[True]), (arts, sides[False]), (logs + arts, sides[True] | sides[False])):
+            by_name = led.iterlogs._checkpoints(src, cands, [c.rel for c in cands])
+            by_side = led.iterlogs._checkpoints(src, cands, None)
+            assert set(by_name) == {c.rel for c in cands} and set(by_side) == want
+            assert {rel: by_side[rel] for rel in by_name} == by_name
+    finally:
+        led.close()
+
+
 def test_a_pass_gathered_in_parts_equals_one_gathered_whole(tmp_path: Path, monkeypatch) -> None:
     """A large pass gathers its inputs a part at a time (memory stays bounded at 100,000
     iterations); each part's transcript windows start where the iteration before it

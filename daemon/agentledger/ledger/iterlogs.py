@@ -28,6 +28,7 @@ from .outcome import BATCH, Outcome
 from .tailing import Tailing
 
 PREFETCH_FROM = 1000  # iterations a full scan changed from which their commits are resolved while it reads artifacts
+_LOG_KINDS = frozenset(S.LOG_KINDS)
 
 
 class IterationLogs:
@@ -162,7 +163,13 @@ class IterationLogs:
         return logs, paths, arts
 
     # -- observe (in workers for bulk work), then commit here --------------------------------
-    def _checkpoints(self, src: IterationLogSource, rels: list[str] | None) -> dict[str, dict]:
+    def _checkpoints(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None
+                     ) -> dict[str, dict]:
+        """The checkpoints of ``rels``, or (None: many candidates) of every file on the
+        candidates' side: log files (named in the log directory) or artifacts and plans
+        (named in the repository), whose names never meet. A cold ingest's artifacts do not
+        build a dict for each log file's checkpoint (~0.2 s at 10,000 iterations, with
+        the workers idle meanwhile)."""
         sql = "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
         args: list = [src.id]
         if rels is not None:
@@ -170,15 +177,19 @@ class IterationLogs:
                 return {}
             sql += " AND path IN (%s)" % ",".join("?" * len(rels))
             args += rels
-        return {r["path"]: {"stat": (r["dev"], r["ino"], r["size"], r["mtime_ns"]),
-                            "content_hash": r["content_hash"]}
-                for r in self.ctx.conn.execute(sql, args)}
+        elif len(sides := {c.kind in _LOG_KINDS for c in cands}) == 1:
+            sql += (" AND kind %s (SELECT value FROM json_each(?))" % ("IN" if sides.pop() else "NOT IN"))
+            args.append(json.dumps(S.LOG_KINDS))
+        cur = self.ctx.conn.cursor()
+        cur.row_factory = None
+        return {path: {"stat": (dev, ino, size, mtime), "content_hash": digest}
+                for path, dev, ino, size, mtime, digest in cur.execute(sql, args)}
 
     def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
                  report: Outcome) -> Iterator[S.Observation]:
         """What reading each candidate found, as the workers find it: a cold ingest of
         100,000 files commits them a batch at a time instead of holding them all."""
-        cps = self._checkpoints(src, rels)
+        cps = self._checkpoints(src, cands, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         for job, obs in zip(jobs, pmap(_observe_job, jobs)):
             if obs is not None:
