@@ -145,7 +145,7 @@ class IterationLogs:
         read is tried again: chmod changes no stat key), every checkpointed log file, and
         the stat keys of the artifacts likewise: one pass over the source's checkpoints."""
         logs, paths, arts = {}, [], {}
-        log_kinds, art_kinds = set(S.LOG_KINDS), {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
+        art_kinds = {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
         cur = self.ctx.conn.cursor()
         cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
         # read in table order, not the (source, path) index's (a look-up in the table a row),
@@ -154,7 +154,7 @@ class IterationLogs:
                 "SELECT kind, path, dev, ino, size, mtime_ns, coalesce(content_hash, '') <> ''"
                 " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?",
                 (src.id,)):
-            if kind in log_kinds:
+            if kind in _LOG_KINDS:
                 paths.append(path)
                 if ok:
                     logs[path] = (dev, ino, size, mtime)

@@ -154,10 +154,9 @@ class Planner:
         """Whether ``out`` holds every iteration of ``src`` (a first pass under a rubric):
         then no successor or window can add one, and no commit need be resolved here (the
         pass's gathering resolves each part's as the workers start on the first)."""
-        conn = self.ctx.conn
-        if len(out) < conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]:
-            return False
-        return all(r[0] in out for r in conn.execute("SELECT iteration FROM iterations WHERE source = ?", (src.id,)))
+        return self.ctx.conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM iterations WHERE source = ? AND iteration NOT IN"
+            " (SELECT value FROM json_each(?)))", (src.id, json.dumps(sorted(out)))).fetchone()[0] == 1
 
     def _moved_forward(self, src: IterationLogSource, repo: GitRepo, index: TrunkIndex,
                        shas: set[str]) -> set[int]:

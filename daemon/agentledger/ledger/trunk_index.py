@@ -96,8 +96,8 @@ class TrunkIndex:
             for sha in self.by_sha:
                 if any(sha.startswith(r) for r in runs):
                     out.update(_members(self.by_sha, sha))
-            for matched in self.by_subject.values():
-                out.update(matched if isinstance(matched, set) else (matched,))
+            for subject in self.by_subject:
+                out.update(_members(self.by_subject, subject))
         for subject in subjects:
             out.update(_members(self.by_subject, subject))
         return out
