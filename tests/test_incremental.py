@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentledger.example import synth
 
-from .conftest import GIT_ENV, run_cli
+from .conftest import GIT_ENV, run_cli, wait_until
 
 
 def scores(db: Path) -> set[tuple]:
@@ -721,3 +721,130 @@ def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path:
         assert led.rescore(src).scored == 50
     finally:
         led.close()
+
+
+def _settled(directory: Path) -> None:
+    """Until the listing of ``directory`` can vouch for it: its newest change is older
+    than the racy window (``listing.RACY_NS``: a file changed again within its clock tick
+    would keep its ctime)."""
+    from agentledger.sources.iterlogs.listing import RACY_NS
+
+    newest = max(max(p.stat().st_ctime_ns, p.stat().st_mtime_ns) for p in [directory, *directory.iterdir()])
+    assert wait_until(lambda: time.time_ns() > newest + RACY_NS, 10)
+
+
+def test_a_quiet_scan_keeps_a_mark_the_next_scan_trusts_only_while_nothing_moved(tmp_path: Path) -> None:
+    """A scan that finds the log directory in line with the ledger keeps its listing's
+    mark; the next scan with the same mark compares no sidecar (the cache of sidecars read,
+    emptied here, stays empty). Every change to the directory — a record edited, a sidecar
+    forged by hand, deleted, a temp file left — and an event committed by another source
+    breaks the mark, and the scan after finds and mends what a full comparison would.
+    A rebuild forgets every mark; a listing within the racy window keeps none."""
+    import pytest
+
+    from agentledger.sources.iterlogs import listing
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=6)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "--json"]
+
+    def ingest(*extra: str) -> dict:
+        code, out, err = run_cli("ingest", *args, *extra)
+        assert code == 0, err
+        return json.loads(out)
+
+    def marks() -> int:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT count(*) FROM scan_marks").fetchone()[0]
+
+    def forget_seen() -> None:
+        with sqlite3.connect(db) as c:
+            c.execute("DELETE FROM sidecar_seen")
+
+    def seen() -> int:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT count(*) FROM sidecar_seen").fetchone()[0]
+
+    def quiet_then_trusted() -> None:
+        _settled(gen.log)
+        assert ingest()["files_read"] == 0 and marks() == 1  # quiet: the mark is kept
+        forget_seen()
+        again = ingest()
+        assert again["files_read"] == again["events"] == again["sidecars_written"] == 0
+        assert seen() == 0  # no sidecar compared: the mark vouched for them
+
+    assert ingest()["scored"] == 30 and marks() == 0  # it wrote: no mark
+    quiet_then_trusted()
+
+    record = gen.log / "iter-12.yaml"
+    text = record.read_text()
+    edited = text.replace("scope_note: on-target", "scope_note: off-target") if "on-target" in text else \
+        text.replace("retries: 0", "retries: 9", 1)
+    assert edited != text and len(edited) == len(text)
+    record.write_text(edited)
+    _settled(gen.log)  # (within the racy window no mark is trusted at all)
+    found = ingest()
+    assert found["files_read"] == 1 and found["events"] >= 1 and seen() > 0
+    quiet_then_trusted()
+
+    sidecar = gen.log / "iter-30.score.yaml"
+    stext = sidecar.read_text()
+    forged = stext.replace("rubric_version: 2.1.0", "rubric_version: 9.9.9")
+    assert len(forged) == len(stext) and forged != stext
+    sidecar.write_text(forged)
+    _settled(gen.log)
+    assert ingest()["sidecars_written"] == 1 and sidecar.read_text() == stext
+    quiet_then_trusted()
+
+    sidecar.unlink()
+    _settled(gen.log)
+    assert ingest()["sidecars_written"] == 1 and sidecar.read_text() == stext
+    quiet_then_trusted()
+
+    forget_seen()
+    record.chmod(0o600)  # only its ctime moves
+    _settled(gen.log)
+    assert ingest()["files_read"] == 0 and seen() > 0  # not trusted: every sidecar compared
+    quiet_then_trusted()
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    temp = gen.log / f".agentledger-{gone.pid}-iter-3.score.yaml.tmp"  # a killed writer's
+    temp.write_text("half a sidecar")
+    _settled(gen.log)
+    ingest()
+    assert not temp.exists()  # swept, as every full comparison does
+    quiet_then_trusted()
+
+    vally = tmp_path / "vally"
+    vally.mkdir()
+    (vally / "results.jsonl").write_text("not a record\n")
+    assert run_cli("ingest", "--vally", str(vally), "--db", str(db), "--json")[0] == 0  # an event, elsewhere
+    ingest()
+    assert seen() > 0  # the ledger moved: every sidecar compared again
+    quiet_then_trusted()
+
+    assert run_cli("rebuild", *args)[0] == 0 and marks() == 0
+    _settled(gen.log)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(listing, "RACY_NS", 10**18)  # every change counts as within the window
+        ingest()
+        assert marks() == 0
+
+    # an event committed while a scan runs (after its listing matched): its sidecars are compared
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+    from agentledger.sources.iterlogs.listing import list_log_dir
+
+    quiet_then_trusted()
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=db), iteration_logs=(src,)))
+    try:
+        assert led.marks.begin(src, list_log_dir(src).mark) and led.marks.in_line(src)
+        assert run_cli("ingest", "--vally", str(vally), "--db", str(db))[0] == 0
+        (vally / "results.jsonl").write_text("not a record\nnor this\n")
+        assert run_cli("ingest", "--vally", str(vally), "--db", str(db))[0] == 0
+        assert not led.marks.in_line(src)
+    finally:
+        led.close()
+

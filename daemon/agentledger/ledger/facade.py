@@ -34,6 +34,7 @@ from .iterlogs import IterationLogs
 from .planner import Planner
 from .outcome import Outcome, Progress, SourceError
 from .regressions import Regressions
+from .scan_marks import ScanMarks
 from .scoring_pass import ScoringPass
 from .sidecar_sync import SidecarSync
 from .tailing import Tailing
@@ -49,7 +50,8 @@ class Ledger:
         self.inputs = Inputs(ctx)
         self.planner = Planner(ctx)
         self.tailing = Tailing(ctx)
-        self.iterlogs = IterationLogs(ctx, self.inputs, self.tailing)
+        self.marks = ScanMarks(ctx)
+        self.iterlogs = IterationLogs(ctx, self.inputs, self.tailing, self.marks)
         self.annotations = Annotations(ctx)
         self.sidecars = SidecarSync(ctx, background=background_writes)
         self.scoring = ScoringPass(ctx, self.inputs, self.sidecars)
@@ -227,12 +229,14 @@ class Ledger:
             repo.forget()
         self.planner.forget()
         self.sidecars.forget()  # at every start and reconcile of the daemon
+        self.marks.forget()
         unreadable = set()
+        ingested: dict[str, Outcome] = {}  # what each log's ingest did, for its mark (scan_marks.py)
         for src in cfg.iteration_logs:
             if not src.path.is_dir():
                 total.errors.append(f"{src.path}: iteration-log directory does not exist")
                 continue
-            report = self.iterlogs.ingest(src)
+            report = ingested[src.id] = self.iterlogs.ingest(src)
             if report.errors and not os.access(src.path, os.R_OK | os.X_OK):
                 unreadable.add(src.id)  # nothing to score or write there until it can be read
             total.add(report)
@@ -247,7 +251,9 @@ class Ledger:
             return total  # the backfill scored and synced every source, and consumed the queue
         for src in cfg.iteration_logs:
             if src.path.is_dir() and src.id not in unreadable:
-                total.add(self.rescore(src, everything=rescore_all, progress=progress, sync_all=True))
+                report = self.rescore(src, everything=rescore_all, progress=progress, sync_all=True)
+                total.add(report)
+                self.marks.finish(src, report.add(ingested[src.id]))
         return total
 
     def rescore(self, src: IterationLogSource, *, everything: bool = False, backstop: bool = True,
@@ -271,7 +277,9 @@ class Ledger:
                 report = Outcome()
         except SourceError as exc:
             report = Outcome(errors=[str(exc)])
-        return report.add(self.sidecars.sync(src)) if sync_all else report
+        if not sync_all or self.marks.in_line(src):  # (in line: as the last quiet scan left them)
+            return report
+        return report.add(self.sidecars.sync(src))
 
 
 def _under(p: Path, root: Path) -> bool:

@@ -17,6 +17,7 @@ from ..config import IterationLogSource, VallySource
 from ..process.parallel import pmap
 from ..sources.iterlogs import files as S
 from ..sources.git import GitRepo
+from ..sources.iterlogs.listing import list_log_dir
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
 from ..store.iterations import projected
 from ..store.log import FileCheckpoint
@@ -25,6 +26,7 @@ from . import commit
 from .context import Context
 from .inputs import Inputs
 from .outcome import BATCH, Outcome
+from .scan_marks import ScanMarks
 from .tailing import Tailing
 
 PREFETCH_FROM = 1000  # iterations a full scan changed from which their commits are resolved while it reads artifacts
@@ -32,24 +34,30 @@ _LOG_KINDS = frozenset(S.LOG_KINDS)
 
 
 class IterationLogs:
-    def __init__(self, ctx: Context, inputs: Inputs, tailing: Tailing) -> None:
+    def __init__(self, ctx: Context, inputs: Inputs, tailing: Tailing, marks: ScanMarks) -> None:
         self.ctx = ctx
         self.inputs = inputs
         self.tailing = tailing
+        self.marks = marks
 
     def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
         report = Outcome()
         known_arts: dict[str, tuple] = {}
         if iterations is None:
-            known, paths, known_arts = self._known(src)
             try:
-                cands, seen, self.ctx.listed_temps[src.id] = S.changed_log_candidates(src, known)
+                listing = list_log_dir(src)
             except OSError as exc:  # unreadable (EACCES, EIO…): change nothing, say so, retry later
                 report.errors.append(f"{src.path}: cannot list the iteration-log directory: "
                                      f"{exc.strerror or exc}")
                 return report
-            cands += S.log_candidates(src, [p for p in paths if p not in seen])
+            self.ctx.listed_temps[src.id] = listing.temps
+            if self.marks.begin(src, listing.mark):  # as the last quiet scan left it: no log file moved
+                cands, known_arts = [], self._known(src, logs=False)[2]
+            else:
+                known, paths, known_arts = self._known(src)
+                cands = S.changed_log_candidates(src, listing.logs, known)
+                cands += S.log_candidates(src, [p for p in paths if p not in listing.logs])
             # records first, by iteration, then the other files: the event log's order does not
             # hang on the directory's, and a batch of records is projected together
             order = {kind: i for i, kind in enumerate(S.LOG_KINDS)}
@@ -140,27 +148,32 @@ class IterationLogs:
                f" ORDER BY json_extract(r.value, '$[0]') = '{REVIEW_DECISION}', i.iteration, r.key")
         return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args) if r[1]]
 
-    def _known(self, src: IterationLogSource) -> tuple[dict[str, tuple], list[str], dict[str, tuple]]:
+    def _known(self, src: IterationLogSource, *, logs: bool = True
+               ) -> tuple[dict[str, tuple], list[str], dict[str, tuple]]:
         """The stat key of each log file last read whole and fine (one that could not be
         read is tried again: chmod changes no stat key), every checkpointed log file, and
-        the stat keys of the artifacts likewise: one pass over the source's checkpoints."""
-        logs, paths, arts = {}, [], {}
+        the stat keys of the artifacts likewise: one pass over the source's checkpoints
+        (``logs=False``: only the artifacts')."""
+        logs_, paths, arts = {}, [], {}
         art_kinds = {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
         cur = self.ctx.conn.cursor()
         cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
         # read in table order, not the (source, path) index's (a look-up in the table a row),
         # and "read whole and fine" said by SQLite: no hash string made a row (36 -> 23 ms)
-        for kind, path, dev, ino, size, mtime, ok in cur.execute(
-                "SELECT kind, path, dev, ino, size, mtime_ns, coalesce(content_hash, '') <> ''"
-                " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?",
-                (src.id,)):
+        sql = ("SELECT kind, path, dev, ino, size, mtime_ns, coalesce(content_hash, '') <> ''"
+               " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?")
+        args: list = [src.id]
+        if not logs:
+            sql += " AND kind IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(sorted(art_kinds)))
+        for kind, path, dev, ino, size, mtime, ok in cur.execute(sql, args):
             if kind in _LOG_KINDS:
                 paths.append(path)
                 if ok:
-                    logs[path] = (dev, ino, size, mtime)
+                    logs_[path] = (dev, ino, size, mtime)
             elif ok and kind in art_kinds:
                 arts[path] = (dev, ino, size, mtime)
-        return logs, paths, arts
+        return logs_, paths, arts
 
     # -- observe (in workers for bulk work), then commit here --------------------------------
     def _checkpoints(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None
@@ -193,6 +206,7 @@ class IterationLogs:
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         for job, obs in zip(jobs, pmap(_observe_job, jobs)):
             if obs is not None:
+                self.marks.observed(src)  # something moved: this scan keeps no mark of the directory
                 obs.cand = job[1]  # (not sent back: its paths cost more to unpickle than the rest)
                 report.files_read += obs.digest is not None and not obs.unchanged
                 cp = cps.get(obs.cand.rel)

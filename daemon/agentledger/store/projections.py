@@ -120,6 +120,7 @@ def rebuild(conn: sqlite3.Connection, progress=None) -> int:
     with write_transaction(conn):
         for table in PROJECTION_TABLES:
             conn.execute(f"DELETE FROM {table}")
+        conn.execute("DELETE FROM scan_marks")  # they vouch for projections as they were (ledger/scan_marks.py)
         projector = Projector(conn, queue=False)
         for ev in read(conn):
             projector.apply(ev)

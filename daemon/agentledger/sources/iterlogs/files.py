@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import IterationLogSource
-from ...output.sidecars import TEMP_PREFIX, is_temp_name, unsafe_session_id
+from ...output.sidecars import is_temp_name, unsafe_session_id
 from ...store.events import Event, content_hash
 from . import artifacts as A
 from .. import confine
@@ -99,34 +99,18 @@ def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) 
     return out
 
 
-def changed_log_candidates(src: IterationLogSource, known: dict[str, tuple[int, int, int, int]]
-                           ) -> tuple[list[Candidate], set[str], list[str]]:
-    """One listing of the log directory: the candidates whose stat is not the ``known``
-    one (name -> stat key of a file last read whole and fine), every name seen, and the
-    names of our sidecar writers' temp files (for the sweep that follows). A scan that
-    finds nothing changed costs this listing and a stat a file, no read and no
-    candidate; a file whose stat cannot be taken here is a candidate (``observe`` says
-    why). Raises ``OSError`` when the directory cannot be listed."""
-    out, seen, temps = [], set(), []
-    with os.scandir(src.path) as it:
-        for e in it:
-            name = e.name
-            key = known.get(name)  # a name read whole before was classified a log file then
-            if key is None and classify(name) is None:
-                if name.startswith(TEMP_PREFIX):
-                    temps.append(name)
-                continue
-            seen.add(name)
-            if key is not None:
-                try:
-                    st = e.stat()  # follows a link, as observe's os.stat does
-                    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == key:
-                        continue
-                except OSError:
-                    pass
+def changed_log_candidates(src: IterationLogSource, logs: dict[str, tuple[int, int, int, int] | None],
+                           known: dict[str, tuple[int, int, int, int]]) -> list[Candidate]:
+    """The log files of a listing (``logs``: name -> stat key, ``listing.Listing``) whose
+    stat is not the ``known`` one (name -> stat key of a file last read whole and fine).
+    A scan that finds nothing changed costs the listing, no read and no candidate; a
+    file whose stat could not be taken is a candidate (``observe`` says why)."""
+    out = []
+    for name, key in logs.items():
+        if key is None or known.get(name) != key:
             c = classify(name)
-            out.append(Candidate(c[0], name, src.path / name, c[1], src.path))
-    return out, seen, temps
+            out.append(Candidate(c[0], name, src.path / name, c[1], src.path))  # type: ignore[index]
+    return out
 
 
 def tasks_candidates(src: IterationLogSource) -> list[Candidate]:
