@@ -264,7 +264,8 @@ def test_the_work_tree_check_brings_the_trunk_tip_in_one_process(tmp_path: Path,
 def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_repo, monkeypatch) -> None:
     """The close-task hook's commits (a few full SHAs) resolve with one ``git log``; what
     that says is what the two-query resolution says, for commits and for what is not one
-    (an annotated tag's SHA, a tree's, an upper-case SHA, a missing one, a name)."""
+    (an annotated tag's SHA, a tree's, an upper-case SHA, a missing one, a name), and the
+    files each commit changed come with it, as asking for them on their own says."""
     from agentledger.sources import commits, git
 
     repo: Repo = make_repo()
@@ -280,9 +281,13 @@ def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_r
     monkeypatch.setattr(git.GitRepo, "_run", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
     for raws in cases:
         calls.clear()
-        fast = git.GitRepo(str(repo.path)).resolve(raws)
+        g = git.GitRepo(str(repo.path))
+        fast = g.resolve(raws)
         if all(len(r) == 40 and r == r.lower() and r in (first, second) for r in raws):
             assert calls == ["log"], (raws, calls)  # one process
+            # which also said what each changed, as the question asked on its own says
+            assert g.changed_files(raws) == git.GitRepo(str(repo.path)).changed_files(raws), raws
+            assert calls == ["log", "log"], (raws, calls)  # (the second by the other repository)
         monkeypatch.setattr(commits, "FEW", 0)
         assert git.GitRepo(str(repo.path)).resolve(raws) == fast, raws
         monkeypatch.setattr(commits, "FEW", 8)

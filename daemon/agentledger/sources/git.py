@@ -5,7 +5,7 @@ two full ``git log master`` passes, show). Here:
 
 * every commit string of a batch is resolved by one ``cat-file --batch-check``, and
   committer times come from one ``log --no-walk --stdin`` (a few full SHAs of commits,
-  the close-task hook's, by that one alone);
+  the close-task hook's, by that one alone, which also lists the files each changed);
 * the work-tree check brings the trunk's tip (one ``rev-parse``);
 * the trunk log is streamed lazily, cached per trunk tip (``trunk_log.py``);
 * changed files for many commits come from one ``git log --no-walk --stdin --name-only``
@@ -29,7 +29,7 @@ import subprocess
 
 from ..errors import AgentledgerError
 from ..scoring.facts import LandedFacts
-from .commits import Commits, Resolution
+from .commits import NAME_ONLY, Commits, Resolution, name_only
 from .trunk_log import TrunkLog
 
 _ENV_OVERRIDES = {
@@ -71,7 +71,7 @@ class GitRepo:
         self.trunk = trunk
         self._trunk_log: TrunkLog | None = None
         self._changed: dict[str, tuple[str, ...] | None] = {}
-        self.commits = Commits(lambda *args, **kw: self._run(*args, **kw))
+        self.commits = Commits(lambda *args, **kw: self._run(*args, **kw), self._changed.update)
         self._view: dict[str, str | None] | None = None  # see one_view
 
     # -- plumbing -----------------------------------------------------------
@@ -224,15 +224,11 @@ class GitRepo:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
         for at in range(0, len(todo), SHAS_PER_CALL):  # on stdin: 50,000 SHAs are past ARG_MAX on a command line
             part = todo[at:at + SHAS_PER_CALL]
-            # what `git show --name-only` prints for each (``show`` took ~3x as long for 10,000),
-            # a merge's files as its dense combined diff gives them, as ``show`` does
-            proc = self._run("log", "--no-walk=unsorted", "--stdin", "--no-ext-diff", "--no-textconv", "--name-only",
-                             "--diff-merges=dense-combined", "--format=%x1e%H", input=("\n".join(part) + "\n").encode())
+            # ``show --name-only`` took ~3x as long for 10,000
+            proc = self._run("log", "--no-walk=unsorted", "--stdin", *NAME_ONLY, "--format=%x1e%H",
+                             input=("\n".join(part) + "\n").encode())
             if proc.returncode == 0:
-                for chunk in proc.stdout.decode("utf-8", "replace").split("\x1e")[1:]:
-                    lines = chunk.split("\n")
-                    self._changed[lines[0].strip()] = tuple(
-                        ln.strip() for ln in lines[1:] if ln.strip())
+                self._changed.update(name_only(proc.stdout))
             for s in part:
                 self._changed.setdefault(s, None)
         return {s: self._changed[s] for s in shas}
