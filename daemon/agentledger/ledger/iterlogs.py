@@ -204,9 +204,12 @@ class IterationLogs:
         100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, cands, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
+        moved = False
         for job, obs in zip(jobs, pmap(_observe_job, jobs)):
             if obs is not None:
-                self.marks.observed(src)  # something moved: this scan keeps no mark of the directory
+                if not moved:  # something moved: this scan keeps no mark of the directory
+                    moved = True
+                    self.marks.observed(src)
                 obs.cand = job[1]  # (not sent back: its paths cost more to unpickle than the rest)
                 report.files_read += obs.digest is not None and not obs.unchanged
                 cp = cps.get(obs.cand.rel)
