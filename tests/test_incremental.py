@@ -848,3 +848,48 @@ def test_a_quiet_scan_keeps_a_mark_the_next_scan_trusts_only_while_nothing_moved
     finally:
         led.close()
 
+
+
+def test_a_full_sync_takes_each_sidecars_stat_from_the_scans_listing(tmp_path: Path, monkeypatch) -> None:
+    """A full scan stats each sidecar once, in its listing of the directory: the comparison
+    with the ledger that follows takes those stats (no ``os.stat`` of a sidecar). It sees
+    the directory as listed: a sidecar forged after the listing is found, and mended, by
+    the next scan, whose listing has moved (no mark kept from the scan between holds)."""
+    import agentledger.ledger.iterlogs as iterlogs_mod
+    import agentledger.ledger.sidecar_sync as sync_mod
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=8)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "--json"]
+    assert run_cli("ingest", *args)[0] == 0
+    _settled(gen.log)
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(sync_mod.os, "stat", lambda p, *a, **k: stats.append(str(p)) or real_stat(p, *a, **k))
+    with sqlite3.connect(db) as c:
+        c.execute("DELETE FROM scan_marks")  # every file compared
+        c.execute("DELETE FROM sidecar_seen")  # and every sidecar read
+    code, out, err = run_cli("ingest", *args)
+    assert code == 0 and json.loads(out)["sidecars_written"] == 0, err
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM sidecar_seen").fetchone()[0] >= 30  # compared, each
+    assert not [p for p in stats if p.endswith(".score.yaml")], stats[:3]
+
+    sidecar = gen.log / "iter-7.score.yaml"
+    right = sidecar.read_text()
+    forged = right.replace("rubric_version: 2.1.0", "rubric_version: 9.9.9")
+    assert forged != right and len(forged) == len(right)
+    real_list = iterlogs_mod.list_log_dir
+
+    def list_then_forge(src):
+        listing = real_list(src)
+        sidecar.write_text(forged)  # after the listing, before the comparison
+        return listing
+
+    monkeypatch.setattr(iterlogs_mod, "list_log_dir", list_then_forge)
+    assert run_cli("ingest", *args)[0] == 0
+    assert sidecar.read_text() == forged  # as listed, it held
+    monkeypatch.setattr(iterlogs_mod, "list_log_dir", real_list)
+    _settled(gen.log)
+    code, out, _ = run_cli("ingest", *args)
+    assert code == 0 and json.loads(out)["sidecars_written"] == 1 and sidecar.read_text() == right

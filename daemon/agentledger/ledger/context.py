@@ -35,6 +35,9 @@ class Context:
     # names of temp files a full scan's listing of each log directory found (source id ->
     # names): the sweep beside the sidecars that follows needs no listing of its own
     listed_temps: dict[str, list[str]] = field(default_factory=dict)
+    # and the stat key of each sidecar it found (source id -> name -> key): the comparison
+    # of the sidecars with the ledger that follows takes them instead of a stat each
+    listed_sidecars: dict[str, dict[str, tuple]] = field(default_factory=dict)
     log: EventLog = field(init=False)  # the one way events are written
     # whether a stop was asked for: long passes look between batches (``check_stop``)
     stopping: Callable[[], bool] = lambda: False

@@ -220,6 +220,7 @@ class Ledger:
             return self._scan_all(rescore_all, progress).add(self.detect())
         finally:
             self.tailing.progress = None
+            self.ctx.listed_sidecars.clear()  # this scan's listings: no later sync takes their stats
             store.optimize(self.ctx.conn)  # the daemon's queries from here on plan with statistics
 
     def _scan_all(self, rescore_all: bool, progress: Progress | None) -> Outcome:

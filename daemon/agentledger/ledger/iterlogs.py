@@ -52,6 +52,7 @@ class IterationLogs:
                                      f"{exc.strerror or exc}")
                 return report
             self.ctx.listed_temps[src.id] = listing.temps
+            self.ctx.listed_sidecars[src.id] = listing.sidecars
             if self.marks.begin(src, listing.mark):  # as the last quiet scan left it: no log file moved
                 cands, known_arts = [], self._known(src, logs=False)[2]
             else:

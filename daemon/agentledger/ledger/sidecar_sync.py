@@ -111,7 +111,9 @@ class SidecarSync:
             args.append(its)
         # never from a score that came in by import and was not scored here (scoring_pass);
         # with what ``sidecar_seen`` recorded of each file, joined here
-        seen = Seen(conn, src.path)
+        # a full sync right after this pass's listing: the stat each sidecar had there (one
+        # changed since by a writer of ours is read: its key is not the one it recorded)
+        seen = Seen(conn, src.path, self.ctx.listed_sidecars.pop(src.id, None) if iterations is None else None)
         cur = conn.cursor()
         cur.row_factory = None  # plain tuples: every score of the source on a full sync
         rows = cur.execute(
@@ -123,10 +125,9 @@ class SidecarSync:
         for iteration, name, sha, seq, *recorded in rows:
             if iteration in skip_iterations:  # just written (or tried) by the caller
                 continue
-            path = seen.path(name)
-            if not seen.holds(path, sha, recorded):
+            if not seen.holds(name, sha, recorded):
                 stale.append((name, seq, iteration))
-            elif path in problems:  # fixed by hand meanwhile
+            elif (path := seen.path(name)) in problems:  # fixed by hand meanwhile
                 self._solved(path)
         sql = ("SELECT session_id, sidecar, sidecar_sha256, " + Seen.RECORDED + " FROM sessions s"
                " LEFT JOIN sidecar_seen k ON k.path = ? || s.sidecar WHERE source = ? AND rubric_version = ?"
@@ -142,7 +143,7 @@ class SidecarSync:
                     " AND iteration IN (SELECT value FROM json_each(?)))")
             sargs += [src.id, its]
         sessions = [r for r in conn.execute(sql, sargs).fetchall() if r["session_id"] not in skip_sessions
-                    and not seen.holds(seen.path(r["sidecar"]), r["sidecar_sha256"], tuple(r)[3:])]
+                    and not seen.holds(r["sidecar"], r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
         fresh: list[tuple] = []
         with Spares() as spares:
@@ -270,6 +271,7 @@ class SidecarSync:
     def forget(self) -> None:
         self._swept.clear()
         self.ctx.listed_temps.clear()
+        self.ctx.listed_sidecars.clear()
 
     def collect_writes(self) -> Outcome:
         """Sidecar writes (and their errors) the writer thread finished since the last call."""
@@ -300,9 +302,14 @@ class Seen:
     # ``holds``: the stat recorded, and whether the bytes recorded are the ones wanted
     RECORDED = "k.dev, k.ino, k.size, k.mtime_ns, k.sha256 = sidecar_sha256"
 
-    def __init__(self, conn: sqlite3.Connection, directory: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection, directory: Path,
+                 listed: dict[str, tuple] | None = None) -> None:
+        """``listed``: the stat key of each sidecar (by name) in a listing of the directory
+        this pass made (``sources/iterlogs/listing.py``), taken instead of a stat of its own;
+        a file changed since the listing is found by the pass's next listing."""
         self.conn = conn
         self.prefix = f"{directory}{os.sep}"
+        self.listed = listed or {}
         self.fresh: list[tuple] = []
 
     def path(self, name: str) -> str:
@@ -310,14 +317,17 @@ class Seen:
         than the stats)."""
         return self.prefix + name
 
-    def holds(self, path: str, sha: str, recorded) -> bool:
-        """Whether the file at ``path`` has the bytes whose sha256 is ``sha``; ``recorded``:
+    def holds(self, name: str, sha: str, recorded) -> bool:
+        """Whether the sidecar ``name`` has the bytes whose sha256 is ``sha``; ``recorded``:
         the ``RECORDED`` columns of its row (NULLs: nothing recorded)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        path = self.prefix + name
+        key = self.listed.get(name)
+        if key is None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if recorded[0] is not None and tuple(recorded[:4]) == key:
             return bool(recorded[4])  # unchanged since it was read or written: no need to read it
         if disk_sha(path) != sha:

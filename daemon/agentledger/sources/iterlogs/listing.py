@@ -33,11 +33,14 @@ class Listing:
     """``logs``: stat key (dev, ino, size, mtime_ns) of each entry named like a log file,
     None when it could not be stat'ed (``observe`` says why); ``temps``: names of our
     sidecar writers' temp files (the sweep that follows needs no listing of its own);
+    ``sidecars``: stat key of each score and session sidecar (the comparison with the
+    ledger that follows needs no stat of its own);
     ``mark``: see the module docstring, None when the listing cannot vouch for the
     directory (an entry changed too lately or could not be stat'ed)."""
 
     logs: dict[str, tuple[int, int, int, int] | None]
     temps: list[str]
+    sidecars: dict[str, tuple[int, int, int, int]]
     mark: str | None
 
 
@@ -47,6 +50,7 @@ def list_log_dir(src: IterationLogSource) -> Listing:
     began = time.time_ns()
     logs: dict[str, tuple[int, int, int, int] | None] = {}
     temps: list[str] = []
+    sidecars: dict[str, tuple[int, int, int, int]] = {}
     count = inos = sizes = mtimes = ctimes = newest = 0
     whole = True
     # entries stat'ed relative to the directory's descriptor (fstatat): one name looked
@@ -70,6 +74,8 @@ def list_log_dir(src: IterationLogSource) -> Listing:
                     ctimes += st.st_ctime_ns
                     newest = max(newest, st.st_ctime_ns)
                 if name.endswith(".score.yaml"):  # most names of a scored log: no log file, no temp
+                    if st is not None:
+                        sidecars[name] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                     continue
                 if classify(name) is not None:
                     logs[name] = None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -82,4 +88,4 @@ def list_log_dir(src: IterationLogSource) -> Listing:
     if whole and newest < began - RACY_NS:
         mark = (f"{here.st_dev}:{here.st_ino}:{here.st_mtime_ns}:{here.st_ctime_ns}:"
                 f"{count}:{inos}:{sizes}:{mtimes}:{ctimes}")
-    return Listing(logs, temps, mark)
+    return Listing(logs, temps, sidecars, mark)
