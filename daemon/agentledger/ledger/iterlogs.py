@@ -54,7 +54,7 @@ class IterationLogs:
             self.ctx.listed_temps[src.id] = listing.temps
             self.ctx.listed_sidecars[src.id] = listing.sidecars
             if self.marks.begin(src, listing.mark):  # as the last quiet scan left it: no log file moved
-                cands, known_arts = [], self._known(src, logs=False)[2]
+                cands, known_arts = [], self._known(src, with_logs=False)[2]
             else:
                 known, paths, known_arts = self._known(src)
                 cands = S.changed_log_candidates(src, listing.logs, known)
@@ -149,13 +149,13 @@ class IterationLogs:
                f" ORDER BY json_extract(r.value, '$[0]') = '{REVIEW_DECISION}', i.iteration, r.key")
         return [(r[0], r[1]) for r in self.ctx.conn.execute(sql, args) if r[1]]
 
-    def _known(self, src: IterationLogSource, *, logs: bool = True
+    def _known(self, src: IterationLogSource, *, with_logs: bool = True
                ) -> tuple[dict[str, tuple], list[str], dict[str, tuple]]:
         """The stat key of each log file last read whole and fine (one that could not be
         read is tried again: chmod changes no stat key), every checkpointed log file, and
         the stat keys of the artifacts likewise: one pass over the source's checkpoints
-        (``logs=False``: only the artifacts')."""
-        logs_, paths, arts = {}, [], {}
+        (``with_logs=False``: only the artifacts')."""
+        logs, paths, arts = {}, [], {}
         art_kinds = {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
         cur = self.ctx.conn.cursor()
         cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
@@ -164,17 +164,17 @@ class IterationLogs:
         sql = ("SELECT kind, path, dev, ino, size, mtime_ns, coalesce(content_hash, '') <> ''"
                " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?")
         args: list = [src.id]
-        if not logs:
+        if not with_logs:
             sql += " AND kind IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(sorted(art_kinds)))
         for kind, path, dev, ino, size, mtime, ok in cur.execute(sql, args):
             if kind in _LOG_KINDS:
                 paths.append(path)
                 if ok:
-                    logs_[path] = (dev, ino, size, mtime)
+                    logs[path] = (dev, ino, size, mtime)
             elif ok and kind in art_kinds:
                 arts[path] = (dev, ino, size, mtime)
-        return logs_, paths, arts
+        return logs, paths, arts
 
     # -- observe (in workers for bulk work), then commit here --------------------------------
     def _checkpoints(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None
