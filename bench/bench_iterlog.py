@@ -161,8 +161,10 @@ def settle(log: Path) -> None:
 
 
 def forget_marks(db: Path) -> None:
-    with sqlite3.connect(db) as c:
+    c = sqlite3.connect(db)
+    with c:
         c.execute("DELETE FROM scan_marks")
+    c.close()
 
 
 def floor_files(log: Path, remove: bool = False) -> None:
@@ -237,7 +239,9 @@ def bench(n: int, runs: int, out: Path) -> dict:
         forget_marks(db)
         reingest_compare.append(run(["ingest", "--once", *common]))
     reingest = [run(["ingest", "--once", *common]) for _ in range(runs)]
-    marks = sqlite3.connect(db).execute("SELECT count(*) FROM scan_marks").fetchone()[0]
+    c = sqlite3.connect(db)
+    marks = c.execute("SELECT count(*) FROM scan_marks").fetchone()[0]
+    c.close()
     reingest_floor = [run([str(gen.log), str(db)], script=REINGEST_FLOOR) for _ in range(runs)]
     unchanged = [run(["score", str(n), *common]) for _ in range(runs)]
     written, floor = [], []
