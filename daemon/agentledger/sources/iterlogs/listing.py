@@ -17,6 +17,7 @@ index entries are the same problem).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -30,25 +31,30 @@ RACY_NS = 100_000_000  # a tick is 1-10 ms on Linux (HZ 1000-100); room for a co
 
 @dataclass
 class Listing:
-    """``logs``: stat key (dev, ino, size, mtime_ns) of each entry named like a log file,
-    None when it could not be stat'ed (``observe`` says why); ``temps``: names of our
-    sidecar writers' temp files (the sweep that follows needs no listing of its own);
-    ``sidecars``: stat key of each score and session sidecar (the comparison with the
-    ledger that follows needs no stat of its own);
-    ``mark``: see the module docstring, None when the listing cannot vouch for the
-    directory (an entry changed too lately or could not be stat'ed)."""
+    """``others``: stat key (dev, ino, size, mtime_ns) of each entry that is neither a
+    sidecar nor one of our temp files, None when it could not be stat'ed (``observe`` says
+    why); ``logs``: those of them named like a log file (classified only when asked: a
+    scan that trusts the mark never asks); ``temps``: names of our sidecar writers' temp
+    files (the sweep that follows needs no listing of its own); ``sidecars``: stat key of
+    each score and session sidecar (the comparison with the ledger that follows needs no
+    stat of its own); ``mark``: see the module docstring, None when the listing cannot vouch
+    for the directory (an entry changed too lately or could not be stat'ed)."""
 
-    logs: dict[str, tuple[int, int, int, int] | None]
+    others: dict[str, tuple[int, int, int, int] | None]
     temps: list[str]
     sidecars: dict[str, tuple[int, int, int, int]]
     mark: str | None
+
+    @functools.cached_property
+    def logs(self) -> dict[str, tuple[int, int, int, int] | None]:
+        return {name: key for name, key in self.others.items() if classify(name) is not None}
 
 
 def list_log_dir(src: IterationLogSource) -> Listing:
     """Raises ``OSError`` when the directory cannot be listed: an empty answer would read
     as "every file was removed"."""
     began = time.time_ns()
-    logs: dict[str, tuple[int, int, int, int] | None] = {}
+    others: dict[str, tuple[int, int, int, int] | None] = {}
     temps: list[str] = []
     sidecars: dict[str, tuple[int, int, int, int]] = {}
     count = inos = sizes = mtimes = ctimes = newest = 0
@@ -64,23 +70,25 @@ def list_log_dir(src: IterationLogSource) -> Listing:
                 try:
                     st = e.stat()  # follows a link, as observe's os.stat does
                 except OSError:
-                    st = None
+                    key = None
                     whole = False
-                if st is not None:
+                else:
+                    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                     count += 1
-                    inos += st.st_ino
-                    sizes += st.st_size
-                    mtimes += st.st_mtime_ns
-                    ctimes += st.st_ctime_ns
-                    newest = max(newest, st.st_ctime_ns)
-                if name.endswith(".score.yaml"):  # most names of a scored log: no log file, no temp
-                    if st is not None:
-                        sidecars[name] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                    continue
-                if classify(name) is not None:
-                    logs[name] = None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                elif name.startswith(TEMP_PREFIX):
+                    inos += key[1]
+                    sizes += key[2]
+                    mtimes += key[3]
+                    ctime = st.st_ctime_ns
+                    ctimes += ctime
+                    if ctime > newest:
+                        newest = ctime
+                if name.endswith(".score.yaml"):  # most names of a scored log
+                    if key is not None:
+                        sidecars[name] = key
+                elif name.startswith(TEMP_PREFIX):  # (never a log file's name)
                     temps.append(name)
+                else:
+                    others[name] = key
     finally:
         os.close(fd)
     newest = max(newest, here.st_ctime_ns, here.st_mtime_ns)
@@ -88,4 +96,4 @@ def list_log_dir(src: IterationLogSource) -> Listing:
     if whole and newest < began - RACY_NS:
         mark = (f"{here.st_dev}:{here.st_ino}:{here.st_mtime_ns}:{here.st_ctime_ns}:"
                 f"{count}:{inos}:{sizes}:{mtimes}:{ctimes}")
-    return Listing(logs, temps, sidecars, mark)
+    return Listing(others, temps, sidecars, mark)
