@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentledger.example import synth
 
-from .conftest import GIT_ENV, run_cli, wait_until
+from .conftest import GIT_ENV, query, run_cli, wait_until
 
 
 def scores(db: Path) -> set[tuple]:
@@ -754,16 +754,14 @@ def test_a_quiet_scan_keeps_a_mark_the_next_scan_trusts_only_while_nothing_moved
         return json.loads(out)
 
     def marks() -> int:
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT count(*) FROM scan_marks").fetchone()[0]
+        return query(db, "SELECT count(*) FROM scan_marks")[0][0]
 
     def forget_seen() -> None:
         with sqlite3.connect(db) as c:
             c.execute("DELETE FROM sidecar_seen")
 
     def seen() -> int:
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT count(*) FROM sidecar_seen").fetchone()[0]
+        return query(db, "SELECT count(*) FROM sidecar_seen")[0][0]
 
     def quiet_then_trusted() -> None:
         _settled(gen.log)
@@ -871,8 +869,7 @@ def test_a_full_sync_takes_each_sidecars_stat_from_the_scans_listing(tmp_path: P
         c.execute("DELETE FROM sidecar_seen")  # and every sidecar read
     code, out, err = run_cli("ingest", *args)
     assert code == 0 and json.loads(out)["sidecars_written"] == 0, err
-    with sqlite3.connect(db) as c:
-        assert c.execute("SELECT count(*) FROM sidecar_seen").fetchone()[0] >= 30  # compared, each
+    assert query(db, "SELECT count(*) FROM sidecar_seen")[0][0] >= 30  # compared, each
     assert not [p for p in stats if p.endswith(".score.yaml")], stats[:3]
 
     sidecar = gen.log / "iter-7.score.yaml"

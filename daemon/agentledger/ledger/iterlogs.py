@@ -31,6 +31,10 @@ from .tailing import Tailing
 
 PREFETCH_FROM = 1000  # iterations a full scan changed from which their commits are resolved while it reads artifacts
 _LOG_KINDS = frozenset(S.LOG_KINDS)
+# a checkpoint query narrowed to one side: log files ("IN") or artifacts and plans ("NOT IN"),
+# the parameter ``_LOG_KINDS_JSON``
+_ON_SIDE = " AND kind %s (SELECT value FROM json_each(?))"
+_LOG_KINDS_JSON = json.dumps(S.LOG_KINDS)
 
 
 class IterationLogs:
@@ -165,8 +169,8 @@ class IterationLogs:
                " AND substr(content_hash, 1, 6) <> 'error:' FROM source_checkpoints NOT INDEXED WHERE source = ?")
         args: list = [src.id]
         if not with_logs:
-            sql += " AND kind IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps(sorted(art_kinds)))
+            sql += _ON_SIDE % "NOT IN"
+            args.append(_LOG_KINDS_JSON)
         for kind, path, dev, ino, size, mtime, ok in cur.execute(sql, args):
             if kind in _LOG_KINDS:
                 paths.append(path)
@@ -192,8 +196,8 @@ class IterationLogs:
             sql += " AND path IN (%s)" % ",".join("?" * len(rels))
             args += rels
         elif len(sides := {c.kind in _LOG_KINDS for c in cands}) == 1:
-            sql += (" AND kind %s (SELECT value FROM json_each(?))" % ("IN" if sides.pop() else "NOT IN"))
-            args.append(json.dumps(S.LOG_KINDS))
+            sql += _ON_SIDE % ("IN" if sides.pop() else "NOT IN")
+            args.append(_LOG_KINDS_JSON)
         cur = self.ctx.conn.cursor()
         cur.row_factory = None
         return {path: {"stat": (dev, ino, size, mtime), "content_hash": digest}
