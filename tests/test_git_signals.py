@@ -368,3 +368,99 @@ def test_what_a_prefetch_resolved_is_kept_at_its_tip_and_dropped_once_the_trunk_
     repo.git("branch", "-f", "side", second)
     git.forget(fresh_at=git._trunk_tip())  # the trunk moved since: dropped
     assert git.resolve(["side"])["side"].sha == second
+
+
+def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_path: Path, make_repo,
+                                                                             monkeypatch) -> None:
+    """A scoring pass gathered in several parts has a thread resolve each part's commits and
+    list the files they changed ahead of it (``GitRepo.ahead``). Short SHAs, a branch, a
+    reverted and a missing commit score exactly as when the pass asks git itself, no
+    commit's files are listed twice, and the thread is over when the command returns, here
+    with a git whose every answer about objects takes a while (the pass waits on it)."""
+    import os
+    import shutil
+    import threading
+
+    from agentledger.ledger import scoring_pass
+    from agentledger.sources.git import GitRepo
+
+    from .conftest import query, run_cli
+
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"feat: change {i}", {f"f{i}.txt": str(i)}) for i in range(12)]
+    repo.commit(f'Revert "feat: change 2"\n\nThis reverts commit {shas[2]}.')
+    repo.git("branch", "side", shas[5])
+    refs = [shas[0], shas[1][:7], shas[2][:9], "side", "deadbee", shas[7][:12], "", shas[9], shas[10][:8],
+            shas[11]]
+    plans = repo.path / ".agents/workflow/plans/p1"
+    plans.mkdir(parents=True)
+    (plans / "TASKS.yaml").write_text("tasks:\n  - id: t1\n    write_scope: [\"f0.txt\"]\n")
+    log = tmp_path / "log"
+    log.mkdir()
+    for i, ref in enumerate(refs, 1):  # the odd ones with a task (their changed files are asked)
+        (log / f"iter-{i}.yaml").write_text(record(i, ref, task="t1" if i % 2 else "", summary=f"feat: change {i}"))
+    listed: list[str] = []
+    real_run = GitRepo._run
+
+    def run(self, *args, input=None, check=False):
+        if args[0] == "log" and "--name-only" in args:
+            listed.extend(input.decode().split())
+        return real_run(self, *args, input=input, check=check)
+
+    monkeypatch.setattr(GitRepo, "_run", run)
+
+    def scores(db: Path) -> list[tuple]:
+        listed.clear()
+        args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
+        code, _, err = run_cli("ingest", *args)
+        assert code == 0, err
+        assert not [t for t in threading.enumerate() if t.name == "agentledger-git-ahead"]
+        assert len(listed) == len(set(listed)), listed  # each commit's files listed once
+        return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
+
+    alone = scores(tmp_path / "alone.sqlite")  # 10 iterations: one part, nothing ahead
+    monkeypatch.setattr(scoring_pass, "FIRST_PART", 2)
+    monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 3)
+    started = []
+    real_ahead = GitRepo.ahead
+    monkeypatch.setattr(GitRepo, "ahead", lambda self, parts: (started.append(parts), real_ahead(self, parts))[1])
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(  # each resolution and listing takes 0.2 s more
+        f'#!/bin/sh\ncase " $* " in *" cat-file "*|*" --name-only "*) sleep 0.2;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    ahead = scores(tmp_path / "ahead.sqlite")
+    # the parts of 2, 3, 3, 2 iterations ("" left out), the commits of the odd ones listed
+    assert [(raws, sorted(listed)) for raws, listed in started[0]] == [
+        (refs[0:2], [refs[0]]), (refs[2:5], sorted([refs[2], refs[4]])), ([refs[5], refs[7]], []),
+        (refs[8:10], [refs[8]])]
+    assert ahead == alone and len(ahead) == len(refs)
+    assert json.loads(query(tmp_path / "ahead.sqlite", "SELECT breakdown FROM score_details WHERE iteration = 1")
+                      [0][0])[4]["detail"] == '1/1 changed files within declared write_scope of task "t1"'
+
+
+
+def test_a_pass_ends_its_thread_ahead_before_the_next_part(tmp_path: Path, make_repo, monkeypatch) -> None:
+    """``join_ahead`` stops the thread before its next part and waits for it: a pass that
+    stops (or fails) leaves no git work running for parts it will never gather."""
+    import os
+    import shutil
+
+    from agentledger.sources.git import GitRepo
+
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"c{i}", {f"f{i}": str(i)}) for i in range(3)]
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(f'#!/bin/sh\ncase " $* " in *" cat-file "*) sleep 0.5;; esac\n'
+                              f'exec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    git = GitRepo(str(repo.path))
+    git.ahead([[s[:7]] for s in shas])
+    git.join_ahead()
+    assert git._ahead is None
+    resolved = [s for s in shas if s[:7] in git.commits._resolved]
+    assert resolved in ([], shas[:1])  # the part under way at most, nothing after it

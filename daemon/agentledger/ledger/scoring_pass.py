@@ -12,6 +12,7 @@ from pathlib import Path
 from ..config import IterationLogSource
 from ..output import sidecars
 from ..process.parallel import pmap
+from ..sources.git import GitRepo
 from ..store.events import Event
 from .context import Context
 from .inputs import Inputs
@@ -64,6 +65,7 @@ class ScoringPass:
 
         batches = _lookahead(_batches(todo))
         done, finished = 0, False
+        repo = self._ahead(src, parts)
         try:
             for batch, last in batches:
                 with ctx.log.batch() as committed:
@@ -90,6 +92,8 @@ class ScoringPass:
                     report.add(between())
                 ctx.check_stop()
         finally:
+            if repo is not None:
+                repo.join_ahead()
             if writer is not None and writer is not sync.writer:
                 writer.close()
                 report.add(sync.writes_outcome(*writer.take()))
@@ -121,6 +125,25 @@ class ScoringPass:
             parts.append(its[at:at + size])
             at, size = at + size, min(2 * size, GATHER_CHUNK)
         return parts
+
+    def _ahead(self, src: IterationLogSource, parts: list[list[int] | None]) -> GitRepo | None:
+        """A pass gathered in several parts has git answer each part's commits ahead of
+        it (``GitRepo.ahead``): what each resolves to, and the files changed by those of
+        iterations with a task (only they are asked: ``Inputs.gather``). The repository,
+        whose thread the pass joins."""
+        if len(parts) < 2:
+            return None
+        of = {it: (c, task) for it, c, task in self.ctx.conn.execute(
+            "SELECT iteration, commit_ref, task_id FROM iterations WHERE source = ? AND iteration IN"
+            " (SELECT value FROM json_each(?))", (src.id, json.dumps([it for p in parts for it in p or ()])))
+            if isinstance(c, str) and c}
+        ahead = []
+        for part in parts:
+            known = [of[it] for it in part or () if it in of]
+            ahead.append(([c for c, _ in known], {c for c, task in known if isinstance(task, str) and task.strip()}))
+        repo = self.ctx.repo(src)
+        repo.ahead(ahead)
+        return repo
 
     def _count(self, src: IterationLogSource) -> int:
         return self.ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]

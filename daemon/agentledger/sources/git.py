@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 
 from ..errors import AgentledgerError
 from ..scoring.facts import LandedFacts
@@ -73,6 +74,8 @@ class GitRepo:
         self._changed: dict[str, tuple[str, ...] | None] = {}
         self.commits = Commits(lambda *args, **kw: self._run(*args, **kw), self._changed.update)
         self._view: dict[str, str | None] | None = None  # see one_view
+        self._listing = threading.Lock()  # ``changed_files`` runs on the caller's thread or ``ahead``'s
+        self._ahead: tuple[threading.Thread, threading.Event] | None = None
 
     # -- plumbing -----------------------------------------------------------
     def stream(self, *args: str) -> subprocess.Popen[bytes]:
@@ -184,6 +187,41 @@ class GitRepo:
     def join_prefetch(self) -> None:
         self.commits.join_prefetch()
 
+    def ahead(self, parts: list[tuple[list[str], set[str]]]) -> None:
+        """For each part (its commit strings, and those of them whose changed files it
+        will ask for), resolve them and list those files, a part after another, on a
+        thread: a scoring pass gathering its inputs a part at a time then finds what it
+        asks git already answered, instead of waiting on two git processes a part (a
+        backfill of 10,000: ~0.5 s its main thread waited while the workers scored).
+        Unlike ``prefetch`` the cache is kept: the pass's own calls would answer from it
+        too. ``resolve`` and ``changed_files`` wait for what the thread has under way. The
+        caller ends it with ``join_ahead``; a failure only loses the head start."""
+        if self._ahead is not None:
+            return
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                for raws, listed in parts:
+                    if stop.is_set():
+                        return
+                    res = self.resolve(raws)
+                    if not stop.is_set():
+                        self.changed_files([r.sha for raw, r in res.items() if r.sha and raw in listed])
+            except Exception:  # noqa: BLE001 - only a head start; the pass asks git itself
+                pass
+
+        thread = threading.Thread(target=run, name="agentledger-git-ahead", daemon=True)
+        self._ahead = (thread, stop)
+        thread.start()
+
+    def join_ahead(self) -> None:
+        """End ``ahead``'s thread: it stops before its next part and is waited for."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].set()
+            ahead[0].join()
+
     # -- landed (§4.1) ----------------------------------------------------------
     def landed(self, raw_commit: str, summary: str, resolution: Resolution, log: TrunkLog, *,
                batch: bool) -> LandedFacts:
@@ -221,6 +259,10 @@ class GitRepo:
 
     # -- changed files (§4.5 step 4) ---------------------------------------------
     def changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
+        with self._listing:
+            return self._changed_files(shas)
+
+    def _changed_files(self, shas: list[str]) -> dict[str, tuple[str, ...] | None]:
         todo = [s for s in dict.fromkeys(shas) if s not in self._changed]
         for at in range(0, len(todo), SHAS_PER_CALL):  # on stdin: 50,000 SHAs are past ARG_MAX on a command line
             part = todo[at:at + SHAS_PER_CALL]
