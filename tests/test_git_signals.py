@@ -372,8 +372,9 @@ def test_what_a_prefetch_resolved_is_kept_at_its_tip_and_dropped_once_the_trunk_
 
 def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_path: Path, make_repo,
                                                                              monkeypatch) -> None:
-    """A scoring pass gathered in several parts has a thread resolve each part's commits and
-    list the files they changed ahead of it (``GitRepo.ahead``). Short SHAs, a branch, a
+    """A scoring pass gathered in several parts gathers each on a thread of its own, a part
+    ahead, while another resolves each part's commits and lists the files they changed
+    (``GitRepo.ahead``). Short SHAs, a branch, a
     reverted and a missing commit score exactly as when the pass asks git itself, no
     commit's files are listed twice, and the thread is over when the command returns, here
     with a git whose every answer about objects takes a while (the pass waits on it)."""
@@ -424,6 +425,15 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
     started = []
     real_ahead = GitRepo.ahead
     monkeypatch.setattr(GitRepo, "ahead", lambda self, parts: (started.append(parts), real_ahead(self, parts))[1])
+    gathered_on = []  # and each part's inputs are gathered on a thread of their own, a part ahead
+    real_made = scoring_pass.made_ahead
+
+    def made(batches, *, name):
+        for batch in real_made(((gathered_on.append(threading.current_thread().name), b)[1] for b in batches),
+                               name=name):
+            yield batch
+
+    monkeypatch.setattr(scoring_pass, "made_ahead", made)
     slow = tmp_path / "bin"
     slow.mkdir()
     (slow / "git").write_text(  # each resolution and listing takes 0.2 s more
@@ -437,6 +447,7 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
         (refs[0:2], [refs[0]]), (refs[2:5], sorted([refs[2], refs[4]])), ([refs[5], refs[7]], []),
         (refs[8:10], [refs[8]])]
     assert ahead == alone and len(ahead) == len(refs)
+    assert gathered_on == ["agentledger-gather"] * 4
     assert json.loads(query(tmp_path / "ahead.sqlite", "SELECT breakdown FROM score_details WHERE iteration = 1")
                       [0][0])[4]["detail"] == '1/1 changed files within declared write_scope of task "t1"'
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 import json
 import os
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from agentledger.example import synth
 
@@ -696,25 +697,35 @@ def test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it(tmp_pat
     assert scores(fast) == scores(full)
 
 
-def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_parts", [False, True])
+def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path: Path, monkeypatch,
+                                                                       in_parts: bool) -> None:
     """A SIGTERM that comes while the planner builds its index of every iteration's commit
-    (~3.5 s at 100,000) or while a part's inputs are gathered ends the pass there, not
-    after the next batch of scores; nothing of the pass is committed, its queue stays,
-    and the next pass does the work."""
-    import pytest
+    (~3.5 s at 100,000) or while a part's inputs are gathered (``in_parts``: on the
+    thread that gathers them) ends the pass there, not after the next batch of scores;
+    nothing of the pass is committed, its queue stays, no thread of it is left, and the
+    next pass does the work."""
+    import threading
 
     from agentledger.config import Config, StoreConfig, make_source
     from agentledger.errors import Stopping
-    from agentledger.ledger import Ledger
+    from agentledger.ledger import Ledger, scoring_pass
+
+    if in_parts:
+        monkeypatch.setattr(scoring_pass, "FIRST_PART", 10)
+        monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 20)
 
     gen = synth.generate(tmp_path / "gen", 50)
     src = make_source(str(gen.log), str(gen.repo))
     led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
     try:
         led.ingest(src)
-        led.ctx.stopping = lambda: True
+        # in parts: asked of the thread gathering the first part, after the planner
+        led.ctx.stopping = (lambda: threading.current_thread().name == "agentledger-gather") if in_parts \
+            else (lambda: True)
         with pytest.raises(Stopping):
             led.rescore(src)
+        assert not [t for t in threading.enumerate() if t.name.startswith("agentledger-g")]
         assert led.conn.execute("SELECT count(*) FROM events WHERE type = 'score.computed'").fetchone()[0] == 0
         assert led.conn.execute("SELECT count(*) FROM pending").fetchone()[0] > 0
         led.ctx.stopping = lambda: False

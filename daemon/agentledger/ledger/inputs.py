@@ -4,6 +4,7 @@ its commit landed, and its transcript window's totals (spec §4.7)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -54,6 +55,18 @@ class Inputs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._sums: dict[tuple[str, ...], FactSums] = {}  # transcript directories -> window sums
+        self._conn: sqlite3.Connection | None = None  # ``reading``'s
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self._conn or self.ctx.conn
+
+    def reading(self, conn: sqlite3.Connection) -> Inputs:
+        """These inputs read through ``conn`` (a thread gathering a pass's next part has a
+        connection of its own); the window sums they keep up to date are these ones."""
+        other = copy.copy(self)
+        other._conn = conn
+        return other
 
     def effective_json(self, src: IterationLogSource, iterations: list[int] | None) -> dict[int, str]:
         """The effective record JSON of each iteration (all, or ``iterations``)."""
@@ -66,7 +79,7 @@ class Inputs:
         if iterations is not None:
             sql += " AND iteration IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(list(iterations)))
-        return self.ctx.conn.execute(sql + " ORDER BY iteration", args)
+        return self.conn.execute(sql + " ORDER BY iteration", args)
 
     def gather(self, src: IterationLogSource, iterations: list[int] | None = None) -> list[Gathered]:
         """Scoring inputs of each iteration, its record still as its stored JSON text."""
@@ -144,7 +157,7 @@ class Inputs:
         its = list(iterations)
         if not its:
             return {}
-        rows = self.ctx.conn.execute(
+        rows = self.conn.execute(
             f"SELECT iteration, outcome FROM {table} WHERE source = ? AND iteration IN (SELECT value FROM json_each(?))",
             (src.id, json.dumps(its)))
         return {r[0]: from_jsonable(cls, json.loads(r[1])) for r in rows}
@@ -162,7 +175,7 @@ class Inputs:
             args = [src.id, _PLANS, _PLANS[:-1] + chr(ord("/") + 1), TASKS, src.id, json.dumps(sorted(paths))]
         arts: dict[str, Artifact] = {}
         tasks: list[Artifact] = []
-        for r in self.ctx.conn.execute(sql + " ORDER BY path", args):
+        for r in self.conn.execute(sql + " ORDER BY path", args):
             a = from_jsonable(Artifact, json.loads(r[1]))
             arts[r[0]] = a
             if a.kind == TASKS:
@@ -207,7 +220,7 @@ class Inputs:
 
     def _below(self, src: IterationLogSource, iterations: list[int]) -> list[tuple[int, str]]:
         """(iteration, commit) of the iteration just below each of ``iterations``."""
-        return [(r[0], r[1]) for r in self.ctx.conn.execute(
+        return [(r[0], r[1]) for r in self.conn.execute(
             "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration IN"
             " (SELECT value FROM json_each(?))", (src.id, json.dumps([it - 1 for it in iterations])))]
 
@@ -215,7 +228,7 @@ class Inputs:
         """Commit time of the nearest iteration below ``iteration`` whose commit resolves."""
         below = iteration
         while True:
-            rows = self.ctx.conn.execute(
+            rows = self.conn.execute(
                 "SELECT iteration, commit_ref FROM iterations WHERE source = ? AND iteration < ?"
                 " ORDER BY iteration DESC LIMIT 32", (src.id, below)).fetchall()
             if not rows:
@@ -235,7 +248,7 @@ class Inputs:
         sums = self._sums.get(dirs)
         if sums is None:
             sums = self._sums[dirs] = FactSums(dirs)
-        sums.refresh(self.ctx.conn)
+        sums.refresh(self.conn)
         return sums
 
 

@@ -197,17 +197,14 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
     host program's ``__main__`` cannot be re-imported by them), the work is
     done in this process instead, and the pool is not tried again."""
     global _disabled
-    n = workers()
-    if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
-        threshold = min_items() if _pool is None else WARM_THRESHOLD
     size = len(items) if total is None else total  # type: ignore[arg-type]
-    if _disabled or n < 2 or size < threshold:
+    if not _spreads(size, threshold):
         return map(fn, items)
     from concurrent.futures.process import BrokenProcessPool
 
     try:
         _started(fn.__module__)  # its workers import the jobs' module while the caller makes the first chunk
-        chunk = min(max(64, size // (n * 8)), MAX_CHUNK)
+        chunk, n = _chunk(size), workers()
         it = iter(items)
         parts = ((fn, part) for part in iter(lambda: list(itertools.islice(it, chunk)), []))
         # a few chunks in flight, not all of them: results are consumed (committed) while
@@ -220,6 +217,24 @@ def pmap(fn: Callable[[T], R], items: list[T] | Iterator[T], *, threshold: int |
         _disabled = True
         shutdown()
         return map(fn, items)
+
+
+def _spreads(size: int, threshold: int | None = None) -> bool:
+    """Whether a ``pmap`` of ``size`` items goes to the workers."""
+    if threshold is None:  # starting workers costs ~0.5 s; once running, a medium batch pays
+        threshold = min_items() if _pool is None else WARM_THRESHOLD
+    return not _disabled and workers() >= 2 and size >= threshold
+
+
+def chunk_size(size: int) -> int:
+    """Items a worker takes at a time in a ``pmap`` of ``size`` items: a few chunks a
+    worker, so that they finish together, and none larger than ``MAX_CHUNK`` (1 when
+    they are mapped in this process)."""
+    return _chunk(size) if _spreads(size) else 1
+
+
+def _chunk(size: int) -> int:
+    return min(max(64, size // (workers() * 8)), MAX_CHUNK)
 
 
 def _warm(module: str) -> None:  # in a worker, once: what the jobs to come will import
