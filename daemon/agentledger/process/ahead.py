@@ -20,8 +20,8 @@ _DONE = object()
 
 
 def made_ahead(batches: Iterable[list[T]], *, name: str) -> Iterator[T]:
-    """The items of ``batches``, in order, each batch made on a thread of its own while
-    the one before is consumed (at most one waits made). What making one raises is raised
+    """The items of ``batches``, in order, the batches made on one thread of their own,
+    each while the one before is consumed (at most one waits made). What making one raises is raised
     here, where it would have been. The thread ends with the consumer however it ends:
     a consumer that stops early (an error, a stop asked for) has the thread stop before
     its next batch and waits for it, so nothing it started outlives the pass."""
