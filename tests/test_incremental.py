@@ -734,6 +734,44 @@ def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path:
         led.close()
 
 
+@pytest.mark.parametrize("trailing_unchanged", [False, True])
+def test_a_pass_runs_finish_once_after_its_last_scores_are_committed(tmp_path: Path, monkeypatch,
+                                                                     trailing_unchanged: bool) -> None:
+    """A batch is committed as soon as it is full; ``finish`` (the trunk tip and the queue
+    entries the pass handled) runs once, in the transaction of the batch known to be the
+    last (every job has given its result), or in its own right after the last batch when
+    only unchanged iterations followed it; either way after every new score is committed."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger, scoring_pass
+
+    monkeypatch.setattr(scoring_pass, "BATCH", 2)
+    gen = synth.generate(tmp_path / "gen", 6)
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    try:
+        led.ingest(src)
+        led.ensure_rubric()
+        if trailing_unchanged:
+            led.scoring.score(src, [3, 4, 5, 6])  # scored already: unchanged in the pass below
+        calls = []
+        other = sqlite3.connect(tmp_path / "l.sqlite")  # sees what is committed
+
+        def finish() -> None:
+            count = "SELECT count(*) FROM scores"
+            calls.append((led.conn.in_transaction, led.conn.execute(count).fetchone()[0],
+                          other.execute(count).fetchone()[0]))
+
+        report = led.scoring.score(src, [1, 2, 3, 4, 5, 6], finish=finish)
+        other.close()
+        assert report.scored == (2 if trailing_unchanged else 6)
+        assert report.unchanged == (4 if trailing_unchanged else 0)
+        # all six scored once finish runs; committed already but for the last batch's two
+        # when that batch was known to be the last
+        assert calls == [(True, 6, 6 if trailing_unchanged else 4)]
+    finally:
+        led.close()
+
+
 def _settled(directory: Path) -> None:
     """Until the listing of ``directory`` can vouch for it: its newest change is older
     than the racy window (``listing.RACY_NS``: a file changed again within its clock tick

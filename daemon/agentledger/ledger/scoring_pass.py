@@ -33,7 +33,8 @@ class ScoringPass:
               progress: Progress | None = None, finish: Callable[[], None] | None = None,
               between: Callable[[], Outcome] | None = None, sync_all: bool = False) -> Outcome:
         """Score ``iterations`` (or all) and write what changed. ``finish`` runs inside
-        the pass's last transaction (its own one when nothing needed a new score);
+        the pass's last transaction (its own one when nothing needed a new score, or when
+        only unchanged iterations came after the last full batch: ``_batches``);
         ``between`` after each batch but the last (its report added to the pass's).
         ``sync_all``: the pass ends by bringing every sidecar of the source in line, not
         only those of ``iterations`` (a caller that would sync them all next: one pass over
@@ -103,7 +104,7 @@ class ScoringPass:
             if writer is not None and writer is not sync.writer:
                 writer.close()
                 report.add(sync.writes_outcome(*writer.take()))
-        if finish is not None and not finished:  # nothing needed a new score: its own transaction
+        if finish is not None and not finished:  # no batch was known to be the last: its own transaction
             with ctx.log.batch():
                 finish()
         # the sidecars of the scores that stood (the ledger may hold them from an earlier
