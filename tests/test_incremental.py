@@ -697,6 +697,23 @@ def test_a_revert_of_the_commit_an_unresolved_record_matched_rescores_it(tmp_pat
     assert scores(fast) == scores(full)
 
 
+def _ingested(tmp_path: Path, n: int):
+    """A ledger (open: the caller closes it) that has ingested a generated log of ``n``
+    iterations and scored none, and its source."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", n)
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    try:
+        led.ingest(src)
+    except BaseException:
+        led.close()
+        raise
+    return led, src
+
+
 @pytest.mark.parametrize("in_parts", [False, True])
 def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path: Path, monkeypatch,
                                                                        in_parts: bool) -> None:
@@ -707,19 +724,14 @@ def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path:
     next pass does the work."""
     import threading
 
-    from agentledger.config import Config, StoreConfig, make_source
     from agentledger.errors import Stopping
-    from agentledger.ledger import Ledger, scoring_pass
+    from agentledger.ledger import scoring_pass
 
     if in_parts:
         monkeypatch.setattr(scoring_pass, "FIRST_PART", 10)
         monkeypatch.setattr(scoring_pass, "GATHER_CHUNK", 20)
-
-    gen = synth.generate(tmp_path / "gen", 50)
-    src = make_source(str(gen.log), str(gen.repo))
-    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    led, src = _ingested(tmp_path, 50)
     try:
-        led.ingest(src)
         # in parts: asked of the thread gathering the first part, after the planner
         led.ctx.stopping = (lambda: threading.current_thread().name == "agentledger-gather") if in_parts \
             else (lambda: True)
@@ -741,15 +753,11 @@ def test_a_pass_runs_finish_once_after_its_last_scores_are_committed(tmp_path: P
     entries the pass handled) runs once, in the transaction of the batch known to be the
     last (every job has given its result), or in its own right after the last batch when
     only unchanged iterations followed it; either way after every new score is committed."""
-    from agentledger.config import Config, StoreConfig, make_source
-    from agentledger.ledger import Ledger, scoring_pass
+    from agentledger.ledger import scoring_pass
 
     monkeypatch.setattr(scoring_pass, "BATCH", 2)
-    gen = synth.generate(tmp_path / "gen", 6)
-    src = make_source(str(gen.log), str(gen.repo))
-    led = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), iteration_logs=(src,)))
+    led, src = _ingested(tmp_path, 6)
     try:
-        led.ingest(src)
         led.ensure_rubric()
         if trailing_unchanged:
             led.scoring.score(src, [3, 4, 5, 6])  # scored already: unchanged in the pass below
