@@ -184,8 +184,10 @@ class ScoringPass:
         own (``made_ahead``) while this one commits the scores of the last: gathering and
         committing are mostly SQLite and git, outside the interpreter's lock (a backfill of
         10,000 left the workers idle ~40 % of the time when one thread did both)."""
-        path = self.ctx.conn.execute("SELECT file FROM pragma_database_list WHERE name = 'main'").fetchone()[0]
-        if len(parts) < 2 or not path:  # (no file: a ledger in memory)
+        # (no file: a ledger in memory; a pass in one part, the hook's, asks nothing more)
+        path = len(parts) > 1 and self.ctx.conn.execute(
+            "SELECT file FROM pragma_database_list WHERE name = 'main'").fetchone()[0]
+        if not path:
             for part in parts:
                 yield from self._part_jobs(self.ctx.conn, self.inputs, src, version, marker, part)
             return

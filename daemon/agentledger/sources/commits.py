@@ -161,20 +161,19 @@ class Commits:
         return results
 
     def _commit_times(self, shas: list[str]) -> dict[str, str]:
+        """Each commit's time (ISO UTC) from one ``git log --no-walk`` of their SHAs; a
+        commit git gives no time for is left out."""
         if not shas:
             return {}
-        return {sha: when for sha, when in self._log_times(list(dict.fromkeys(shas)))[1] if when is not None}
-
-    def _log_times(self, shas: list[str]) -> tuple[bool, list[tuple[str, str | None]]]:
-        """``git log --no-walk`` of commit SHAs: whether git succeeded, and each commit it
-        printed, in the order given, with its commit time (ISO UTC; None: git gave none)."""
         proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
-                         input=("\n".join(shas) + "\n").encode())
-        out = []
+                         input=("\n".join(dict.fromkeys(shas)) + "\n").encode())
+        times = {}
         for line in proc.stdout.decode().splitlines():
             sha, _, ts = line.partition(" ")
-            out.append((sha, _iso(ts)))
-        return proc.returncode == 0, out
+            when = _iso(ts)
+            if when is not None:
+                times[sha] = when
+        return times
 
 
 def _iso(ts: str) -> str | None:
