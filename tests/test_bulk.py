@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +153,54 @@ def test_commands_and_workers_collect_garbage_at_the_bulk_pace(tmp_path: Path, e
         assert set(parallel.pmap(_young, list(range(parallel.THRESHOLD)))) == {collector.YOUNG}
     finally:
         gc.set_threshold(*saved)
+
+
+def test_a_cold_ingest_starts_its_workers_while_it_creates_the_ledger(tmp_path: Path, empty_repo, no_pool,
+                                                                       monkeypatch) -> None:
+    """An ingest that will create its ledger and read a log of at least the pool's
+    threshold starts the workers before the ledger's schema is made (cli/ingest.py);
+    one into an existing ledger, or of a smaller log, does not; the sidecars are the
+    reference's either way."""
+    from agentledger.cli import main
+
+    need_fixtures()
+    log = copy_log(REAL_LOG, tmp_path / "log")
+    db = tmp_path / "l.sqlite"
+    early: list[bool] = []  # at each start of the pool: whether the ledger existed yet
+    started = parallel.prestart
+
+    def prestart(size: int) -> bool:
+        early.append(db.exists())
+        return started(size)
+
+    monkeypatch.setattr(parallel, "prestart", prestart)
+    flags = ["--iteration-log", str(log), "--repo", str(empty_repo.path), "--db", str(db), "-q"]
+    monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "19")  # the log has 18 files to read
+    assert main(["ingest", "--once", *flags]) == 0
+    assert early == [] and db.exists()
+    db.unlink()
+    monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "18")
+    assert main(["ingest", "--once", *flags]) == 0
+    assert early == [False] and parallel._pool is None  # started before the ledger was, ended with it
+    for p in REAL_REF.iterdir():
+        assert (log / p.name).read_bytes() == p.read_bytes(), p.name
+    assert main(["ingest", "--once", *flags]) == 0
+    assert early == [False]
+
+
+def test_workers_started_for_a_ledger_that_cannot_be_made_end_with_the_command(tmp_path: Path, empty_repo,
+                                                                               no_pool, monkeypatch) -> None:
+    from agentledger.cli import main
+
+    synth.generate(tmp_path / "gen", 12)
+    log = tmp_path / "gen" / "repo" / ".agents" / "active" / "iteration-log"
+    (tmp_path / "file").write_text("not a directory\n")
+    monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "10")
+    code = main(["ingest", "--once", "--iteration-log", str(log), "--repo", str(tmp_path / "gen" / "repo"),
+                 "--db", str(tmp_path / "file" / "l.sqlite"), "-q"])
+    assert code != 0
+    assert parallel._pool is None and not [t for t in threading.enumerate() if t.name == "agentledger-pool-start"]
+    assert not multiprocessing.active_children()  # the forkserver, and with it every worker, is gone
 
 
 def test_pool_failure_falls_back_in_process(monkeypatch) -> None:

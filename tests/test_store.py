@@ -205,6 +205,31 @@ def test_schema_is_strict_and_migrated_once(tmp_path: Path) -> None:
     assert conn.execute("SELECT name FROM _sqlite_migrations").fetchall() == applied
 
 
+def test_a_new_ledger_is_migrated_without_importing_numpy(tmp_path: Path) -> None:
+    """sqlite-utils imports numpy when it is installed (~75 ms of a cold ingest's start);
+    the migrations bar that import while sqlite-utils loads, and only then."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from agentledger.store import db\n"
+        "db.connect(sys.argv[1]).close()\n"
+        "assert 'sqlite_utils' in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)\n"
+        "import numpy, sqlite_utils\n"
+        "print(numpy.asarray([1, 2]).sum(), sqlite_utils.db.np is None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "l.sqlite")], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["3", "True"]  # numpy still imports; sqlite-utils was loaded without it
+    # a process that has numpy already gives it to sqlite-utils as usual
+    script = "import numpy, sys\nfrom agentledger.store import db\ndb.connect(sys.argv[1]).close()\n" \
+             "import sqlite_utils\nprint(sqlite_utils.db.np is numpy)\n"
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m.sqlite")], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["True"]
+
+
 def test_background_checkpoints_keep_the_wal_from_commits(tmp_path: Path) -> None:
     """The daemon's checkpoint thread copies committed WAL frames into the
     database file on its own connection: commits stop paying for it."""

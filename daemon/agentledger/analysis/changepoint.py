@@ -146,9 +146,11 @@ class Detector:
     def add(self, x: float, label: Any = None) -> Detection | None:
         """Feed one point (``label``: how the caller names it, JSON-able, handed back as
         a detection's ``start_label``); a ``Detection`` when a sustained shift is
-        noticed at it."""
+        noticed at it. (Written out for speed: a pass of 10,000 iterations feeds ~63,000
+        points while the scoring workers wait on the committing process; the arithmetic,
+        NaN and signed zeros included, is ``_steps``'s.)"""
         i = self._n
-        self._n += 1
+        self._n = i + 1
         xx = x * x
         for runs in (self._up_run, self._down_run):
             for run in runs:
@@ -167,18 +169,30 @@ class Detector:
             return None
         hit = None
         ups, downs = self._up, self._down
-        for c, (up, down, h) in enumerate(self._steps(x)):
-            u, d = ups[c] + up, downs[c] + down
+        if self.binary:
+            v = 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)  # min(max(x, 0.0), 1.0)
+            w = 1 - v
+            steps = [(v * a + w * b, v * c + w * d, BINARY_H) for a, b, c, d in self._binary_logs()]
+        else:
+            z = (x - self._mean) / self.sd
+            z = -CLIP if z < -CLIP else (CLIP if z > CLIP else z)  # min(max(z, -CLIP), CLIP), NaN kept
+            steps = [(z - k, -z - k, h) for k, h in CHARTS]
+        c = 0
+        for up, down, h in steps:
+            u = ups[c] + up
+            d = downs[c] + down
             u = ups[c] = u if u > 0.0 else 0.0  # max(0.0, u), NaN and -0.0 included
             d = downs[c] = d if d > 0.0 else 0.0
             if u == 0.0:
                 self._up_run[c][:] = [i, None, 0, 0.0, 0.0]
             if d == 0.0:
                 self._down_run[c][:] = [i, None, 0, 0.0, 0.0]
-            if hit is None and u > h:
-                hit = ("up", self._up_run[c])
-            elif hit is None and d > h:
-                hit = ("down", self._down_run[c])
+            if hit is None:
+                if u > h:
+                    hit = ("up", self._up_run[c])
+                elif d > h:
+                    hit = ("down", self._down_run[c])
+            c += 1
         if hit is None:
             if self._ref_n < REFERENCE:
                 self._learn(x)

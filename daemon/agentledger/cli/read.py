@@ -263,9 +263,10 @@ def cmd_query(args: argparse.Namespace) -> int:
 def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
     import sqlite3
 
-    import sqlite_utils
-
     from ..store.db import refuse_side_effects
+    from ..store.migrate import sqlite_utils_module
+
+    sqlite_utils = sqlite_utils_module()
 
     _, conn = read_only(args)
     db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own

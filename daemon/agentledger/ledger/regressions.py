@@ -80,14 +80,17 @@ class FeedState:
         self.new_detector = Detector
         self.detectors = {k: Detector.restore(v) for k, v in saved["detectors"].items()}
         self.scopes: dict[str, dict[str, Any]] = saved["scopes"]
+        self._scoped: dict[str, dict[str, Any]] = {}  # scope -> metric -> its detector (in ``detectors``)
 
     def dump(self) -> dict[str, Any]:
         return {"detectors": {k: d.state() for k, d in sorted(self.detectors.items())}, "scopes": self.scopes}
 
     def add(self, p: Point) -> list[Found]:
-        scope = self.scopes.setdefault(p.scope, {"n": 0, "last": {}, "changes": [], "prior": {}})
+        scope = self.scopes.get(p.scope)
+        if scope is None:
+            scope = self.scopes[p.scope] = {"n": 0, "last": {}, "changes": [], "prior": {}}
         index = scope["n"]
-        scope["n"] += 1
+        scope["n"] = index + 1
         last = scope["last"]
         for what, value in p.attrs.items():
             if what in last and last[what] != value:
@@ -95,13 +98,20 @@ class FeedState:
             last[what] = value
         reference = {}
         found = []
+        dets = self._scoped.get(p.scope)
+        if dets is None:
+            dets = self._scoped[p.scope] = {}
+        at = [index, p.position, p.label, p.at]  # one list a point, read only (each metric's runs keep it)
         for metric, value in p.values.items():
-            key = f"{p.scope}\x1f{metric}"
-            det = self.detectors.get(key)
+            det = dets.get(metric)
             if det is None:
-                det = self.detectors[key] = self.new_detector(binary=self.binary)
+                key = f"{p.scope}\x1f{metric}"
+                det = self.detectors.get(key)
+                if det is None:
+                    det = self.detectors[key] = self.new_detector(binary=self.binary)
+                dets[metric] = det
             reference[metric] = (det.mean, det.sd)
-            hit = det.add(value, [index, p.position, p.label, p.at])
+            hit = det.add(value, at)
             if hit is not None:
                 scope["prior"][metric] = [p.position, hit.before, reference[metric][1]]
                 start = hit.start_label[0] if hit.start_label else index
@@ -138,6 +148,7 @@ class IterationFeed(Feed):
     def __init__(self, source: str, rubric: str) -> None:
         super().__init__(source)
         self.rubric = rubric
+        self._names: dict[str, str] = {}  # signal -> its metric's name
 
     def has_new(self, conn: sqlite3.Connection, after: int) -> bool:
         return conn.execute(f"SELECT 1 FROM scores s WHERE {self._WHERE} LIMIT 1",
@@ -155,10 +166,14 @@ class IterationFeed(Feed):
                 f" WHERE {self._WHERE} ORDER BY s.iteration LIMIT {CHUNK}", (self.source, after, self.rubric)).fetchall()
             if not rows:
                 return
+            names = self._names
             for it, value, signals, date, model, agent in rows:
                 values = {"score": float(value)}
                 for signal, sub in json.loads(signals).items():
-                    values[f"signal:{signal}"] = float(sub)
+                    name = names.get(signal)
+                    if name is None:
+                        name = names[signal] = f"signal:{signal}"
+                    values[name] = float(sub)
                 yield Point(it, f"iteration {it}", date, "", values, {"rubric": self.rubric, "model": model, "agent": agent})
             after = rows[-1][0]
 

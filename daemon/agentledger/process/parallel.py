@@ -79,15 +79,16 @@ def pool_for(size: int):
     return executor() if size >= threshold else None
 
 
-def prestart(size: int) -> None:
+def prestart(size: int) -> bool:
     """Start the pool for ``size`` items of bulk work to come, on a thread, while the
     caller prepares that work: the forkserver's start, its imports (``PRELOAD``) and the
     workers' forks take ~0.12 s, off a switch back's main thread. Nothing when ``size`` is
-    below what starts the pool; ``executor`` waits for a start under way."""
+    below what starts the pool; ``executor`` waits for a start under way. Whether it
+    began a start."""
     if _pool is not None or _disabled or workers() < 2 or size < min_items():
-        return
-
+        return False
     threading.Thread(target=executor, name="agentledger-pool-start").start()
+    return True
 
 
 def _pool_dir() -> str:

@@ -3,7 +3,8 @@
 sqlite-utils' ``Migrations`` records what ran (``_sqlite_migrations``) and
 wraps each migration in a transaction; ``PRAGMA user_version`` mirrors the
 count so that opening an up-to-date ledger costs one pragma read and never
-imports sqlite-utils (it is on the close-task hook's path).
+imports sqlite-utils (it is on the close-task hook's path). A new ledger does
+import it (``sqlite_utils_module``), first thing in a cold ingest.
 """
 
 from __future__ import annotations
@@ -34,11 +35,34 @@ def split_statements(sql: str) -> list[str]:
     return out
 
 
+def sqlite_utils_module():
+    """sqlite-utils, imported without numpy when nothing here has imported numpy yet.
+
+    sqlite-utils imports numpy whenever it is installed (scipy, for the statistics
+    commands, installs it), only to store numpy values; the ledger never hands it any.
+    That import was ~75 ms of the ~165 ms sqlite-utils took to import, spent before a
+    cold ingest's first file is read. numpy is still imported normally by whatever
+    asks for it later (``import numpy`` is only barred while sqlite-utils loads)."""
+    import sys
+
+    if "sqlite_utils" in sys.modules or "numpy" in sys.modules:
+        import sqlite_utils
+
+        return sqlite_utils
+    sys.modules["numpy"] = None  # type: ignore[assignment]  # `import numpy` raises ImportError meanwhile
+    try:
+        import sqlite_utils
+    finally:
+        if sys.modules.get("numpy", 0) is None:
+            del sys.modules["numpy"]
+    return sqlite_utils
+
+
 def ensure_latest(conn: sqlite3.Connection) -> int:
     files = migration_files()
     if conn.execute("PRAGMA user_version").fetchone()[0] >= len(files):
         return 0
-    import sqlite_utils
+    sqlite_utils = sqlite_utils_module()
     from sqlite_utils.migrations import Migrations
 
     migrations = Migrations("agentledger")
