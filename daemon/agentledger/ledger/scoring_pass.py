@@ -6,9 +6,9 @@ the ledger)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from ..config import IterationLogSource
 from ..output import sidecars
@@ -62,7 +62,11 @@ class ScoringPass:
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
         written: set[int] = set()
 
-        def write(path: Path, data: bytes, kind: str, key: tuple) -> None:
+        # sidecar paths as strings: a Path costs ~3 us to join here and ~7 us to unpickle in
+        # the worker that writes it (10,000 of each in a backfill of 10,000)
+        prefix = os.path.join(src.path, "")
+
+        def write(path: str, data: bytes, kind: str, key: tuple) -> None:
             if writer is not None:
                 writer.submit(path, data, fsync, kind, key)
             elif sync.write_scored(path, data, report, fsync, version):
@@ -82,12 +86,12 @@ class ScoringPass:
                         finished = True
                 for ev in batch:  # after the commit: a sidecar never runs ahead of the ledger
                     written.add(ev.payload["iteration"])
-                    write(src.path / ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
+                    write(prefix + ev.payload["sidecar"], ev.extra["sidecar_bytes"], "sidecars_written",
                           ("scores", src.id, ev.payload["iteration"], version, ev.extra["sidecar_sha256"]))
                 for (_, session_id, v), (data, sha) in sorted(committed.session_bytes.items()):
                     if v != version:
                         continue
-                    write(src.path / sidecars.session_sidecar_name(session_id), data, "sessions_written",
+                    write(prefix + sidecars.session_sidecar_name(session_id), data, "sessions_written",
                           ("sessions", src.id, session_id, version, sha))
                     sessions.add(session_id)
                 done += len(batch)

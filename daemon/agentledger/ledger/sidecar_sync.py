@@ -247,7 +247,7 @@ class SidecarSync:
         remember(self.ctx.conn, seen)
         return report
 
-    def write_scored(self, path: Path, data: bytes, report: Outcome, fsync: bool, version: str) -> int:
+    def write_scored(self, path: Path | str, data: bytes, report: Outcome, fsync: bool, version: str) -> int:
         """A sidecar just scored under ``version``: written under the gate, and only
         while ``version`` is the active rubric (another process may have activated
         another since; its backfill writes those)."""

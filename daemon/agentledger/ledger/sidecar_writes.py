@@ -117,7 +117,7 @@ class PoolWriter:
         self._futures: deque = deque()
         self._done: list[tuple] = []
 
-    def submit(self, path: Path, data: bytes, durable: bool, kind: str = "sidecars_written",
+    def submit(self, path: Path | str, data: bytes, durable: bool, kind: str = "sidecars_written",
                key: tuple | None = None) -> None:
         self._items.append((path, data, durable, kind, key))
         if len(self._items) >= self.RUN:
