@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -281,3 +282,9 @@ def pg():
     cluster = pgcluster.Cluster()
     yield cluster
     cluster.close()
+
+
+def threads_named(prefix: str) -> list[threading.Thread]:
+    """This process's live threads whose name starts with ``prefix`` (the product names
+    each thread it starts: "agentledger-…")."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]

@@ -8,9 +8,7 @@ import pytest
 
 from agentledger.process.ahead import made_ahead
 
-
-def _threads(name: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == name]
+from .conftest import threads_named as _threads
 
 
 def test_items_come_in_order_and_the_next_batch_is_made_while_this_one_is_consumed() -> None:

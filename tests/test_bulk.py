@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from agentledger.process import parallel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .conftest import REAL_LOG, REFERENCE, copy_log, need_fixtures
+from .conftest import REAL_LOG, REFERENCE, copy_log, need_fixtures, threads_named
 
 REAL_REF = REFERENCE / "rubric-2.1.0" / "real-iteration-log"  # the Go scorer's sidecars of REAL_LOG
 
@@ -199,7 +198,7 @@ def test_workers_started_for_a_ledger_that_cannot_be_made_end_with_the_command(t
     code = main(["ingest", "--once", "--iteration-log", str(log), "--repo", str(tmp_path / "gen" / "repo"),
                  "--db", str(tmp_path / "file" / "l.sqlite"), "-q"])
     assert code != 0
-    assert parallel._pool is None and not [t for t in threading.enumerate() if t.name == "agentledger-pool-start"]
+    assert parallel._pool is None and not threads_named("agentledger-pool-start")
     assert not multiprocessing.active_children()  # the forkserver, and with it every worker, is gone
 
 

@@ -303,12 +303,11 @@ def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path
     ingest returns, however long git takes (here a git that names the trunk's tip after 1 s)."""
     import os
     import shutil
-    import threading
 
     from agentledger.ledger import iterlogs
     from agentledger.sources.git import GitRepo
 
-    from .conftest import query, run_cli
+    from .conftest import query, run_cli, threads_named
 
     repo: Repo = make_repo()
     shas = [repo.commit(f"feat: change {i}", {f"f{i}.txt": str(i)}) for i in range(12)]
@@ -324,7 +323,7 @@ def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path
         args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
-        assert not [t for t in threading.enumerate() if t.name == "agentledger-git-prefetch"]
+        assert not threads_named("agentledger-git-prefetch")
         return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
 
     started = []
@@ -385,7 +384,7 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
     from agentledger.ledger import scoring_pass
     from agentledger.sources.git import GitRepo
 
-    from .conftest import query, run_cli
+    from .conftest import query, run_cli, threads_named
 
     repo: Repo = make_repo()
     shas = [repo.commit(f"feat: change {i}", {f"f{i}.txt": str(i)}) for i in range(12)]
@@ -415,7 +414,7 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
         args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
-        assert not [t for t in threading.enumerate() if t.name == "agentledger-git-ahead"]
+        assert not threads_named("agentledger-git-ahead")
         assert len(listed) == len(set(listed)), listed  # each commit's files listed once
         return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
 

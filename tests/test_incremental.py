@@ -13,7 +13,7 @@ import pytest
 
 from agentledger.example import synth
 
-from .conftest import GIT_ENV, query, run_cli, wait_until
+from .conftest import GIT_ENV, query, run_cli, threads_named, wait_until
 
 
 def scores(db: Path) -> set[tuple]:
@@ -737,7 +737,7 @@ def test_a_stop_while_the_planner_looks_ends_the_pass_before_it_scores(tmp_path:
             else (lambda: True)
         with pytest.raises(Stopping):
             led.rescore(src)
-        assert not [t for t in threading.enumerate() if t.name.startswith("agentledger-g")]
+        assert not threads_named("agentledger-g")
         assert led.conn.execute("SELECT count(*) FROM events WHERE type = 'score.computed'").fetchone()[0] == 0
         assert led.conn.execute("SELECT count(*) FROM pending").fetchone()[0] > 0
         led.ctx.stopping = lambda: False

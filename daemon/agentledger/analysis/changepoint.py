@@ -118,14 +118,6 @@ class Detector:
     def sd(self) -> float:
         return max(math.sqrt(self._m2 / (self._ref_n - 1)), MIN_SD) if self._ref_n > 1 else MIN_SD
 
-    def _steps(self, x: float) -> list[tuple[float, float, float]]:
-        """Each chart's (up increment, down increment, threshold) for ``x``."""
-        if not self.binary:
-            z = min(max((x - self._mean) / self.sd, -CLIP), CLIP)
-            return [(z - k, -z - k, h) for k, h in CHARTS]
-        x = min(max(x, 0.0), 1.0)
-        return [(x * a + (1 - x) * b, x * c + (1 - x) * d, BINARY_H) for a, b, c, d in self._binary_logs()]
-
     def _binary_logs(self) -> list[tuple[float, float, float, float]]:
         """For each shift, the four log-likelihood ratios a pass/fail point adds (up if it
         passes, up if it fails, down if it passes, down if it fails): they change only when
@@ -146,9 +138,11 @@ class Detector:
     def add(self, x: float, label: Any = None) -> Detection | None:
         """Feed one point (``label``: how the caller names it, JSON-able, handed back as
         a detection's ``start_label``); a ``Detection`` when a sustained shift is
-        noticed at it. (Written out for speed: a pass of 10,000 iterations feeds ~63,000
-        points while the scoring workers wait on the committing process; the arithmetic,
-        NaN and signed zeros included, is ``_steps``'s.)"""
+        noticed at it. Each chart adds an up and a down increment for ``x`` (a z-score's,
+        or a pass/fail point's log-likelihood ratios) and compares its sums with its
+        threshold. Written out for speed: a pass of 10,000 iterations feeds ~63,000 points
+        while the scoring workers wait on the committing process (a NaN ``x`` stays NaN
+        through the clipping, as through ``min(max(...))``)."""
         i = self._n
         self._n = i + 1
         xx = x * x
