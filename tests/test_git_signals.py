@@ -32,6 +32,19 @@ def score_all(tmp: Path, log: Path, repo: Path, trunk: str = "master") -> dict[i
     return out
 
 
+def _slow_git(tmp_path: Path, monkeypatch, cases: str) -> None:
+    """Put a ``git`` first on PATH that runs the real one after ``cases`` (shell ``case``
+    arms over " ARGS ", e.g. a ``sleep`` for some commands)."""
+    import os
+    import shutil
+
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(f'#!/bin/sh\ncase " $* " in {cases} esac\nexec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+
+
 def test_landed_scope_and_commit_time(tmp_path: Path, make_repo) -> None:
     repo: Repo = make_repo()
     c1 = repo.commit("feat: one", {"a.go": "1"})
@@ -301,8 +314,6 @@ def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path
     then use what it resolved. Short SHAs, a branch name, a reverted and a missing commit
     score exactly as when they are resolved in the pass, and the thread is over when the
     ingest returns, however long git takes (here a git that names the trunk's tip after 1 s)."""
-    import os
-    import shutil
 
     from agentledger.ledger import iterlogs
     from agentledger.sources.git import GitRepo
@@ -331,13 +342,8 @@ def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path
     monkeypatch.setattr(GitRepo, "prefetch", lambda self, raws: (started.append(list(raws)), real(self, raws))[1])
     alone = scores(tmp_path / "alone.sqlite")
     assert started == []  # 8 iterations: below PREFETCH_FROM
-    slow = tmp_path / "bin"
-    slow.mkdir()
-    (slow / "git").write_text(  # the trunk tip alone (the prefetch's first question) takes 1 s
-        f'#!/bin/sh\ncase " $* " in *" --is-inside-work-tree "*) ;; *" rev-parse "*) sleep 1;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n')
-    (slow / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    # the trunk tip alone (the prefetch's first question) takes 1 s
+    _slow_git(tmp_path, monkeypatch, '*" --is-inside-work-tree "*) ;; *" rev-parse "*) sleep 1;;')
     monkeypatch.setattr(iterlogs, "PREFETCH_FROM", 1)
     ahead = scores(tmp_path / "ahead.sqlite")
     assert sorted(started[0]) == sorted(refs)
@@ -377,8 +383,6 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
     reverted and a missing commit score exactly as when the pass asks git itself, no
     commit's files are listed twice, and the thread is over when the command returns, here
     with a git whose every answer about objects takes a while (the pass waits on it)."""
-    import os
-    import shutil
     import threading
 
     from agentledger.ledger import scoring_pass
@@ -433,13 +437,7 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
             yield batch
 
     monkeypatch.setattr(scoring_pass, "made_ahead", made)
-    slow = tmp_path / "bin"
-    slow.mkdir()
-    (slow / "git").write_text(  # each resolution and listing takes 0.2 s more
-        f'#!/bin/sh\ncase " $* " in *" cat-file "*|*" --name-only "*) sleep 0.2;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n')
-    (slow / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    _slow_git(tmp_path, monkeypatch, '*" cat-file "*|*" --name-only "*) sleep 0.2;;')  # each resolution and listing
     ahead = scores(tmp_path / "ahead.sqlite")
     # the parts of 2, 3, 3, 2 iterations ("" left out), the commits of the odd ones listed
     assert [(raws, sorted(listed)) for raws, listed in started[0]] == [
@@ -455,19 +453,12 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
 def test_a_pass_ends_its_thread_ahead_before_the_next_part(tmp_path: Path, make_repo, monkeypatch) -> None:
     """``join_ahead`` stops the thread before its next part and waits for it: a pass that
     stops (or fails) leaves no git work running for parts it will never gather."""
-    import os
-    import shutil
 
     from agentledger.sources.git import GitRepo
 
     repo: Repo = make_repo()
     shas = [repo.commit(f"c{i}", {f"f{i}": str(i)}) for i in range(3)]
-    slow = tmp_path / "bin"
-    slow.mkdir()
-    (slow / "git").write_text(f'#!/bin/sh\ncase " $* " in *" cat-file "*) sleep 0.5;; esac\n'
-                              f'exec {shutil.which("git")} "$@"\n')
-    (slow / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
+    _slow_git(tmp_path, monkeypatch, '*" cat-file "*) sleep 0.5;;')
     git = GitRepo(str(repo.path))
     git.ahead([[s[:7]] for s in shas])
     git.join_ahead()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Callable, Iterator
 
 from ..config import IterationLogSource
@@ -193,18 +192,19 @@ class ScoringPass:
             "SELECT file FROM pragma_database_list WHERE name = 'main'").fetchone()[0]
         if not path:
             for part in parts:
-                yield from self._part_jobs(self.ctx.conn, self.inputs, src, version, marker, part)
+                yield from self._part_jobs(self.inputs, src, version, marker, part)
             return
         conn = store.connect_readonly(path)
         try:
             inputs = self.inputs.reading(conn)
-            yield from made_ahead((self._part_jobs(conn, inputs, src, version, marker, part) for part in parts),
+            yield from made_ahead((self._part_jobs(inputs, src, version, marker, part) for part in parts),
                                   name="agentledger-gather")
         finally:
             conn.close()
 
-    def _part_jobs(self, conn: sqlite3.Connection, inputs: Inputs, src: IterationLogSource, version: str,
-                   marker: bool, part: list[int] | None) -> list[tuple]:
+    def _part_jobs(self, inputs: Inputs, src: IterationLogSource, version: str, marker: bool,
+                   part: list[int] | None) -> list[tuple]:
+        """One part's jobs, read through ``inputs``' connection (the gathering thread's own)."""
         self.ctx.check_stop()  # before each part, the first included: a stop need not wait for a batch's commit
         sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u"
                " ON u.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?")
@@ -213,7 +213,7 @@ class ScoringPass:
             sql += " AND s.iteration IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(part))
         existing, imported = {}, {}
-        for it, digest, imported_seq in conn.execute(sql, args):
+        for it, digest, imported_seq in inputs.conn.execute(sql, args):
             if imported_seq is None:
                 existing[it] = digest
             else:  # an imported score is scored again here, from the inputs, before it counts
