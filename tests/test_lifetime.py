@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -234,3 +235,34 @@ def test_a_worker_ends_with_its_parent(tmp_path: Path) -> None:
                 p.wait()
     assert lifetime.owner_alive(os.getpid(), time.time())
     assert not lifetime.owner_alive(_dead_pid(), time.time())
+
+
+def test_a_run_killed_before_its_workers_start_leaves_no_pool_dir(tmp_path: Path) -> None:
+    """SIGKILL once the pool's directory (its forkserver's socket) is made and before any
+    worker exists to remove it: while the forkserver still imports the jobs' modules
+    (held there until the run is dead). The forkserver removes it when it ends."""
+    (tmp_path / "held_import.py").write_text(
+        "import os, time\n"
+        "parent = os.getppid()\n"
+        "open(os.environ['HELD_MARKER'], 'w').close()\n"
+        "while os.getppid() == parent:  # until the run that started this forkserver is gone\n"
+        "    time.sleep(0.01)\n")
+    marker, tag = tmp_path / "held", uuid.uuid4().hex
+    code = ("import time\nfrom agentledger.process import parallel\nparallel.preload('held_import')\n"
+            "parallel._start_pool(2)\nprint(flush=True)\ntime.sleep(120)\n")
+    env = {**os.environ, RUN_TAG: tag, "HELD_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    before = leftover_temp_dirs()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"\n", "the pool did not start"
+        assert wait_until(marker.exists, 60), "the forkserver never imported the jobs' modules"
+        pool_dirs = list(Path(tempfile.gettempdir()).glob(f"agentledger-pool-{proc.pid}-*"))
+        assert len(pool_dirs) == 1, pool_dirs
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert wait_until(lambda: not tagged_processes(tag), 10), tagged_processes(tag)
+    assert not pool_dirs[0].exists()
+    assert leftover_temp_dirs() <= before

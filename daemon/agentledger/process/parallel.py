@@ -8,7 +8,8 @@ Workers come from a *forkserver*, so they never inherit the caller's open
 SQLite connection. They end when the process that started them ends, however
 it ends (``lifetime.exit_with_parent``), and the pool's temp directory (the
 forkserver's socket) is named after that process, so a killed run's is removed
-by its workers or by the next run that starts a pool.
+by its workers, by its forkserver (``forkserver_exit``) or by the next run that
+starts a pool.
 """
 
 from __future__ import annotations
@@ -124,12 +125,20 @@ def preload(*modules: str) -> None:
 
 
 def _start_pool(n: int):
+    """The executor, its forkserver already started: the forkserver removes the pool's
+    directory when it ends (``forkserver_exit``), so a run killed from here on leaves
+    none. One killed in the few milliseconds between making the directory and starting
+    the forkserver leaves an empty one, which the next run that starts a pool removes."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import forkserver, resource_tracker
 
+    resource_tracker.ensure_running()  # before the directory: not part of that window
     tmp = _pool_dir()
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["__main__", *PRELOAD])  # "__main__": multiprocessing's default
+    # "__main__": multiprocessing's default; forkserver_exit first, before any slow import
+    context.set_forkserver_preload(["__main__", f"{__package__}.forkserver_exit", *PRELOAD])
+    forkserver.ensure_running()
     return ProcessPoolExecutor(max_workers=n, mp_context=context, initializer=_worker_start,
                                initargs=(os.getpid(), tmp))
 
