@@ -67,16 +67,19 @@ class SessionFamily:
         marked, left = self._marked, self._left
         self._marked, self._left = set(), set()
         for source in sorted({m[0] for m in marked} | {m[0] for m in left}):
-            its = sorted({it for s, it, _ in marked if s == source} | {it for s, _, it in left if s == source})
-            wanted = json.dumps(its)
+            # every rubric an iteration has a score in: only for those marked without one
+            # (a scoring pass names its rubric for each: a backfill needs none of this)
+            every = {it for s, it, v in marked if s == source and v is None} | {it for s, _, it in left if s == source}
+            its = sorted({it for s, it, _ in marked if s == source} | every)
             sessions = dict(self.conn.execute(
                 "SELECT iteration, session_id FROM iterations WHERE source = ? AND iteration IN"
-                " (SELECT value FROM json_each(?))", (source, wanted)))
+                " (SELECT value FROM json_each(?))", (source, json.dumps(its))))
             versions: dict[int, list[str]] = {}
-            for it, version in self.conn.execute(
-                    "SELECT DISTINCT iteration, rubric_version FROM scores WHERE source = ? AND iteration IN"
-                    " (SELECT value FROM json_each(?))", (source, wanted)):
-                versions.setdefault(it, []).append(version)
+            if every:
+                for it, version in self.conn.execute(
+                        "SELECT DISTINCT iteration, rubric_version FROM scores WHERE source = ? AND iteration IN"
+                        " (SELECT value FROM json_each(?))", (source, json.dumps(sorted(every)))):
+                    versions.setdefault(it, []).append(version)
             for s, it, version in marked:
                 session_id = sessions.get(it) if s == source else None
                 if session_id:
