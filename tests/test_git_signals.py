@@ -32,6 +32,18 @@ def score_all(tmp: Path, log: Path, repo: Path, trunk: str = "master") -> dict[i
     return out
 
 
+def score_one(cfg: Config, n: int) -> dict[str, dict]:
+    """Iteration ``n`` ingested and scored alone (as ``score N`` does): its breakdown by signal."""
+    ledger = Ledger(cfg)
+    src = cfg.iteration_logs[0]
+    ledger.ingest(src, iterations=[n])
+    ledger.ensure_rubric()
+    ledger.score(src, [n])
+    (bd,) = ledger.conn.execute("SELECT breakdown FROM score_details WHERE iteration = ?", (n,)).fetchone()
+    ledger.close()
+    return {r["signal"]: r for r in json.loads(bd)}
+
+
 def _slow_git(tmp_path: Path, monkeypatch, cases: str) -> None:
     """Put a ``git`` first on PATH that runs the real one after ``cases`` (shell ``case``
     arms over " ARGS ", e.g. a ``sleep`` for some commands)."""
@@ -110,14 +122,7 @@ def test_single_iteration_scoring_matches_batch(tmp_path: Path, make_repo) -> No
 
     cfg = Config(store=StoreConfig(path=tmp_path / "single.sqlite"), iteration_logs=(make_source(log, repo.path),))
     for n in (1, 4, 30):
-        ledger = Ledger(cfg)
-        src = cfg.iteration_logs[0]
-        ledger.ingest(src, iterations=[n])
-        ledger.ensure_rubric()
-        ledger.score(src, [n])
-        (bd,) = ledger.conn.execute("SELECT breakdown FROM score_details WHERE iteration = ?", (n,)).fetchone()
-        assert {r["signal"]: r for r in json.loads(bd)} == batch[n]
-        ledger.close()
+        assert score_one(cfg, n) == batch[n]
     assert batch[4]["landed"]["detail"].startswith(f"commit {shas[3][:12]} reachable but reverted by")
 
 
@@ -305,6 +310,65 @@ def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_r
         assert git.GitRepo(str(repo.path)).resolve(raws) == fast, raws
         monkeypatch.setattr(commits, "FEW", 8)
     assert git.GitRepo(str(repo.path)).resolve([first])[first].commit_time == "2026-01-02T03:04:05+00:00"
+
+
+
+def test_a_few_abbreviated_commits_resolve_with_their_files_in_two_processes(make_repo, monkeypatch) -> None:
+    """The close-task hook's commit strings are usually abbreviated SHAs or names: one
+    ``cat-file`` resolves them, and one ``git log`` says both their times and the files
+    each changed (asked next by the scoring: no third process). What they say is what a
+    batch of many says, where times and files are asked apart."""
+    from agentledger.sources import commits, git
+
+    repo: Repo = make_repo()
+    first = repo.commit("first", {"a": "1"}, date="2026-01-02T03:04:05+00:00")
+    second = repo.commit("second", {"a": "2", "b": "3"})
+    repo.git("tag", "-a", "-m", "annotated", "v1", first)
+    calls = []
+    real = git.GitRepo._run
+    monkeypatch.setattr(git.GitRepo, "_run", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+    # (a tag's commit is not a commit the string names: its time is not asked, its files are asked apart)
+    for raws, want in (([second[:10]], ["cat-file", "log"]), ([first[:7], "master"], ["cat-file", "log"]),
+                       (["v1", second[:12], "nosuch"], ["cat-file", "cat-file", "log", "log"])):
+        calls.clear()
+        g = git.GitRepo(str(repo.path))
+        few = g.resolve(raws)
+        shas = [r.sha for r in few.values() if r.sha]
+        assert g.changed_files(shas) == {sha: tuple(repo.git("show", "--name-only", "--format=", sha).split())
+                                         for sha in shas}, raws
+        assert calls == want, (raws, calls)
+        monkeypatch.setattr(commits, "FEW", 0)  # as part of a large batch
+        many = git.GitRepo(str(repo.path))
+        assert many.resolve(raws) == few, raws
+        monkeypatch.setattr(commits, "FEW", 8)
+    assert git.GitRepo(str(repo.path)).resolve([first[:8]])[first[:8]].commit_time == "2026-01-02T03:04:05+00:00"
+
+
+def test_the_trunk_tips_own_iteration_is_scored_without_reading_the_trunk_log(tmp_path: Path, make_repo,
+                                                                              monkeypatch) -> None:
+    """An iteration whose commit is the trunk's tip (the close-task hook's usual case) is
+    reachable and reverted by nothing newer: no ``git log`` of the trunk is started for
+    it, and its score is the full pass's. An older one still reads the log (a revert at
+    the tip names it)."""
+    from agentledger.sources import git
+
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"change {i}", {f"f{i}.txt": str(i)}) for i in range(5)]
+    shas.append(repo.commit(f"Revert change 3\n\nThis reverts commit {shas[3][:10]}."))
+    log = tmp_path / "log"
+    log.mkdir()
+    for i, sha in enumerate(shas):
+        (log / f"iter-{i + 1}.yaml").write_text(record(i + 1, sha[:10]))
+    batch = score_all(tmp_path, log, repo.path)
+    streams = []
+    real = git.GitRepo.stream
+    monkeypatch.setattr(git.GitRepo, "stream", lambda self, *a: streams.append(a[0]) or real(self, *a))
+    cfg = Config(store=StoreConfig(path=tmp_path / "single.sqlite"), iteration_logs=(make_source(log, repo.path),))
+    for n, reads_log in ((6, False), (4, True)):
+        streams.clear()
+        assert score_one(cfg, n) == batch[n]
+        assert streams == (["log"] if reads_log else []), (n, streams)
+    assert "reverted by" in batch[4]["landed"]["detail"] and "not reverted" in batch[6]["landed"]["detail"]
 
 
 def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path: Path, make_repo,

@@ -104,7 +104,7 @@ class Commits:
                 commits[raw] = direct_commit
                 self._resolved[raw] = Resolution(sha=sha)
                 self._volatile.update(() if sha and _HEXISH.fullmatch(raw) else (raw,))
-            times = self._commit_times([c for c in commits.values() if c])
+            times = self._commit_times([c for c in commits.values() if c], few=len(todo) <= FEW)
             for raw, c in commits.items():
                 if c and c in times:
                     self._resolved[raw] = Resolution(sha=self._resolved[raw].sha, commit_time=times[c])
@@ -160,13 +160,23 @@ class Commits:
                 results[i] = (parts[0], parts[1])
         return results
 
-    def _commit_times(self, shas: list[str]) -> dict[str, str]:
+    def _commit_times(self, shas: list[str], *, few: bool = False) -> dict[str, str]:
         """Each commit's time (ISO UTC) from one ``git log --no-walk`` of their SHAs; a
-        commit git gives no time for is left out."""
+        commit git gives no time for is left out. ``few``: a handful of commits (the
+        close-task hook's), whose changed files the scoring asks for next: the same
+        process lists them (one git process fewer; for a whole log, listing every
+        commit's files costs more than the call it saves)."""
+        shas = list(dict.fromkeys(shas))
         if not shas:
             return {}
-        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
-                         input=("\n".join(dict.fromkeys(shas)) + "\n").encode())
+        stdin = ("\n".join(shas) + "\n").encode()
+        if few:
+            proc = self._run("log", "--no-walk=unsorted", "--stdin", *NAME_ONLY, "--format=%x1e%H %ct", input=stdin)
+            if proc.returncode == 0:
+                found = [(head.partition(" "), files) for head, files in name_only(proc.stdout)]
+                self._files({sha: files for (sha, _, _), files in found})
+                return {sha: when for (sha, _, ts), _ in found if (when := _iso(ts)) is not None}
+        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct", input=stdin)
         times = {}
         for line in proc.stdout.decode().splitlines():
             sha, _, ts = line.partition(" ")

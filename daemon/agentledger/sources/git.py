@@ -241,7 +241,9 @@ class GitRepo:
                 return LandedFacts(raw=raw)
             matched = log.shas[pos]
             return LandedFacts(raw=raw, matched=matched, matched_reverted_by=log.first_revert(matched, pos))
-        if not batch and sha not in log.index and sha != log.tip:  # (the tip: the hook's usual case)
+        if sha == log.tip:  # the newest on the trunk (the hook's usual case): nothing above it reverts it,
+            return LandedFacts(raw=raw, resolved=sha, reachable=True)  # and no `git log` need start
+        if not batch and sha not in log.index:
             # One cheap process instead of reading the whole log for an orphan.
             if log.tip is None or self._run("merge-base", "--is-ancestor", sha, log.tip).returncode != 0:
                 return LandedFacts(raw=raw, resolved=sha)
