@@ -130,15 +130,26 @@ class Commits:
         for a SHA that is missing or not a commit's (False: then nothing is resolved here).
         The same process lists the files each changed, the scoring's next question of them
         (the close-task hook's: one git process fewer)."""
+        found = self._timed_with_files(shas)
+        if found is None or [sha for sha, _, _ in found] != shas:
+            return False  # (a tag's SHA prints its commit's)
+        for sha, ts, _ in found:
+            self._resolved[sha] = Resolution(sha=sha, commit_time=_iso(ts))
+        self._files({sha: files for sha, _, files in found})
+        return True
+
+    def _timed_with_files(self, shas: list[str]) -> list[tuple[str, str, tuple[str, ...]]] | None:
+        """(SHA, ``%ct``, files changed) of each commit from one ``git log --no-walk``,
+        in the order given; None when git fails (a SHA that is not a commit's)."""
         proc = self._run("log", "--no-walk=unsorted", "--stdin", *NAME_ONLY, "--format=%x1e%H %ct",
                          input=("\n".join(shas) + "\n").encode())
-        found = [(head.partition(" "), files) for head, files in name_only(proc.stdout)]
-        if proc.returncode != 0 or [sha for (sha, _, _), _ in found] != shas:
-            return False  # (a tag's SHA prints its commit's)
-        for (sha, _, ts), _ in found:
-            self._resolved[sha] = Resolution(sha=sha, commit_time=_iso(ts))
-        self._files({sha: files for (sha, _, _), files in found})
-        return True
+        if proc.returncode != 0:
+            return None
+        found = []
+        for head, files in name_only(proc.stdout):
+            sha, _, ts = head.partition(" ")
+            found.append((sha, ts, files))
+        return found
 
     def _batch_check(self, queries: list[str]) -> list[tuple[str, str] | None]:
         real = [q for q in queries if q]
@@ -169,14 +180,11 @@ class Commits:
         shas = list(dict.fromkeys(shas))
         if not shas:
             return {}
-        stdin = ("\n".join(shas) + "\n").encode()
-        if few:
-            proc = self._run("log", "--no-walk=unsorted", "--stdin", *NAME_ONLY, "--format=%x1e%H %ct", input=stdin)
-            if proc.returncode == 0:
-                found = [(head.partition(" "), files) for head, files in name_only(proc.stdout)]
-                self._files({sha: files for (sha, _, _), files in found})
-                return {sha: when for (sha, _, ts), _ in found if (when := _iso(ts)) is not None}
-        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct", input=stdin)
+        if few and (found := self._timed_with_files(shas)) is not None:
+            self._files({sha: files for sha, _, files in found})
+            return {sha: when for sha, ts, _ in found if (when := _iso(ts)) is not None}
+        proc = self._run("log", "--no-walk=unsorted", "--stdin", "--format=%H %ct",
+                         input=("\n".join(shas) + "\n").encode())
         times = {}
         for line in proc.stdout.decode().splitlines():
             sha, _, ts = line.partition(" ")
