@@ -25,6 +25,7 @@ from agentledger.output.sidecars import (
     render_session_generic,
 )
 from agentledger.process import parallel
+from agentledger.scoring.signals import SignalValue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,6 +116,30 @@ def no_pool(monkeypatch):
     parallel.shutdown()
     yield
     parallel.shutdown()
+
+
+def test_the_first_chunk_is_made_while_the_pool_starts_on_its_thread(no_pool, monkeypatch) -> None:
+    """With the pool's start under way on its thread (``prestart``), ``pmap`` draws its
+    first chunk meanwhile (a scoring pass gathering its first part) instead of waiting for
+    the workers first: here the start waits for the first item to be drawn."""
+    import threading
+
+    drawn, held = threading.Event(), []
+    real_start = parallel._start_pool
+
+    def start_once_drawn(n: int):
+        held.append(drawn.wait(10))
+        return real_start(n)
+
+    def items():
+        drawn.set()
+        yield from range(-300, 0)
+
+    monkeypatch.setattr(parallel, "_start_pool", start_once_drawn)
+    monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "300")
+    assert parallel.prestart(300)
+    assert list(parallel.pmap(abs, items(), total=300)) == list(range(300, 0, -1))
+    assert held == [True] and parallel._pool is not None
 
 
 def test_a_running_pool_takes_medium_batches(no_pool) -> None:
@@ -327,6 +352,33 @@ def test_a_pool_that_breaks_mid_stream_loses_no_item(monkeypatch, breaks_at: str
     monkeypatch.setattr(parallel, "workers", lambda: 2)
     assert list(parallel.imap_bounded(abs, iter(range(-10, 0)), in_flight=2)) == list(range(10, 0, -1))
     assert parallel._disabled is True
+
+
+numbers = st.one_of(floats, st.integers(-(2**70), 2**70), st.booleans())  # a rubric's weights may be integers
+values = st.builds(SignalValue, st.booleans(), numbers, texts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(texts, texts, st.booleans(), numbers, texts, numbers, numbers, numbers), max_size=8),
+       st.lists(st.tuples(texts, texts, values, values, st.booleans(), numbers), max_size=4),
+       st.integers(0, 2**63 - 1), texts, st.booleans(), numbers, texts, st.booleans(), st.booleans(),
+       st.one_of(st.none(), st.tuples(st.one_of(st.none(), st.integers()), st.integers())))
+def test_a_payloads_text_is_the_encoders(rows, pairs, iteration, version, scored, value, band, linked, marker,
+                                         window) -> None:
+    """The score payload's text, written field by field (``payload_json``), is what the JSON
+    encoder makes of the payload's dict, and its ``signals`` what ``signals_of`` makes of
+    its breakdown: integers where floats are expected, non-finite numbers, negative zeros,
+    repeated signals and odd strings included."""
+    from agentledger.ledger.score_job import payload_json, score_payload
+    from agentledger.scoring.combine import IntegrityPair, Score
+    from agentledger.store.events import canonical_json
+    from agentledger.store.scores import signals_of
+
+    s = Score(iteration, version, scored, value, band, tuple(BreakdownRow(*r) for r in rows),
+              tuple(IntegrityPair(*p) for p in pairs), linked)
+    payload = score_payload(s, "sha256:d", marker, "sha256:k", window)
+    assert payload_json(s, "sha256:d", marker, "sha256:k", window) == (canonical_json(payload),
+                                                                       signals_of(payload["breakdown"]))
 
 
 @settings(max_examples=300, deadline=None)

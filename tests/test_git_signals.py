@@ -529,3 +529,40 @@ def test_a_pass_ends_its_thread_ahead_before_the_next_part(tmp_path: Path, make_
     assert git._ahead is None
     resolved = [s for s in shas if s[:7] in git.commits._resolved]
     assert resolved in ([], shas[:1])  # the part under way at most, nothing after it
+
+
+def test_what_git_has_answered_is_read_without_waiting_for_a_call_under_way(make_repo, monkeypatch) -> None:
+    """A scoring pass's gathering asks for commits ``GitRepo.ahead`` has resolved and
+    listed while that thread runs git for the next part: the answers are read at once,
+    not after that call (a backfill's workers waited ~0.1 s for it). A resolution is
+    published whole: no reader sees a commit resolved without its time."""
+    import threading
+
+    from agentledger.sources.git import GitRepo
+
+    repo = make_repo()
+    shas = [repo.commit(f"c{i}", {f"f{i}.txt": "x"}, date=f"2026-01-0{i + 1}T00:00:00Z") for i in range(3)]
+    g = GitRepo(str(repo.path), "master")
+    first = g.commits.resolve(shas[:2])
+    listed = g.changed_files(shas[:2])
+    answers: list = []
+    with g.commits._resolving, g._listing:  # a call under way on another thread holds these
+        reader = threading.Thread(target=lambda: answers.append((g.commits.resolve(shas[:2]),
+                                                                 g.changed_files(shas[:2]))))
+        reader.start()
+        reader.join(10)
+        waiting = threading.Thread(target=g.commits.resolve, args=([shas[2]],))  # a new one waits its turn
+        waiting.start()
+        waiting.join(0.2)
+        assert answers == [(first, listed)] and waiting.is_alive()
+    reader.join()
+    waiting.join()
+    assert first[shas[0]].commit_time == "2026-01-01T00:00:00+00:00" and listed[shas[1]] == ("f1.txt",)
+
+    seen = []  # what a reader finds while the times of a batch are asked for
+    real_times = g.commits._commit_times
+    monkeypatch.setattr(g.commits, "_commit_times", lambda found, **kw: (
+        seen.append({r: g.commits._resolved.get(r) for r in ["HEAD~1", "HEAD"]}), real_times(found, **kw))[1])
+    got = g.commits.resolve(["HEAD~1", "HEAD"])
+    assert seen == [{"HEAD~1": None, "HEAD": None}]
+    assert got["HEAD"].sha == shas[2] and got["HEAD"].commit_time == "2026-01-03T00:00:00+00:00"

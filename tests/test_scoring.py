@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from agentledger.model import HookOutcomes, HookRecord, Record
 from agentledger.scoring import rubric as R
 from agentledger.scoring.combine import combine
@@ -232,3 +233,28 @@ def test_records_decode_as_the_dataclasses_would_build_them(data) -> None:
     assert not any(isinstance(x, list) for x in vars(got).values())
     if cls is Record:
         assert same(Record.from_json(got.to_json()), got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_made_objects_are_the_dataclasses_own(data) -> None:
+    """The scorer makes its rows, signal values, integrity pairs and scores with
+    ``model.maker`` (no ``__init__``): each is what the class builds from the same
+    fields: equal, same hash, same attributes in the same order, pickled alike."""
+    import dataclasses
+    import pickle
+
+    from agentledger.model import maker
+    from agentledger.scoring.breakdown import Row
+    from agentledger.scoring.combine import IntegrityPair, Score
+    from agentledger.scoring.signals import SignalValue
+
+    cls = data.draw(st.sampled_from([Row, SignalValue, IntegrityPair, Score]))
+    scalar = st.one_of(st.text(max_size=5), st.floats(allow_nan=False), st.booleans(), st.integers())
+    args = [data.draw(scalar) for _ in dataclasses.fields(cls)]
+    got, want = maker(cls)(*args), cls(*args)
+    assert type(got) is cls and got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert list(vars(got).items()) == list(vars(want).items())
+    assert pickle.loads(pickle.dumps(got)) == want
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.__setattr__(dataclasses.fields(cls)[0].name, args[0])

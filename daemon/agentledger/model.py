@@ -9,6 +9,7 @@ reads them back. Keeping one shape for all three is what lets ``rebuild`` and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +197,23 @@ def _decoder(cls: type) -> Any:
 
     _DECODERS[cls] = decode
     return decode
+
+
+def maker(cls: type) -> Callable[..., Any]:
+    """``cls(*fields)`` for a frozen dataclass with no defaults and no ``__post_init__``,
+    made the way ``_decoder`` makes an instance: ``object.__new__`` and its ``__dict__``,
+    in field order, set at once. The scorer makes ~27 such objects a score (signal values,
+    breakdown rows, integrity pairs); the dataclass's ``__init__`` spends an
+    ``object.__setattr__`` a field (~0.9 us an object here, against ~0.45).
+    ``test_made_objects_are_the_dataclasses_own`` compares the two."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               for f in dataclasses.fields(cls)) and not hasattr(cls, "__post_init__"), cls
+    fill = ", ".join(f"{n!r}: {n}" for n in names)
+    namespace = {"new": object.__new__, "put": object.__setattr__, "cls": cls}
+    exec(f"def make({', '.join(names)}):\n    o = new(cls)\n    put(o, '__dict__', {{{fill}}})\n    return o\n",
+         namespace)
+    return namespace["make"]
 
 
 def warm() -> None:

@@ -52,12 +52,11 @@ class ScoringPass:
         # are gathered a part at a time (a pass of 100,000 never holds all of them)
         results = [0]  # how many jobs have given their result
         todo = self._events(src, version, self._jobs(src, version, marker, parts), total, report, results)
+        # git answers the parts' commits from now on (before a bulk writer waits for the pool
+        # to start: the first part's gathering waits for those answers, the workers for it)
+        repo = self._ahead(src, parts)
         fsync = sync.fsync(total)
         writer = None
-        if total > AUTO_FSYNC_MAX:
-            writer = sync.writer or sync.bulk_writer(total)
-        elif sync.writer is not None:
-            sync.writer.wait()  # a direct write must not be overtaken by an older queued one
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
         written: set[int] = set()
 
@@ -66,6 +65,10 @@ class ScoringPass:
         prefix = os.path.join(src.path, "")
 
         def write(path: str, data: bytes, kind: str, key: tuple) -> None:
+            nonlocal writer
+            if writer is None and total > AUTO_FSYNC_MAX:  # made at the first write: a bulk writer
+                # waits for the pool, whose start the first part's gathering overlaps (``pmap``)
+                writer = sync.writer or sync.bulk_writer(total)
             if writer is not None:
                 writer.submit(path, data, fsync, kind, key)
             elif sync.write_scored(path, data, report, fsync, version):
@@ -73,8 +76,9 @@ class ScoringPass:
 
         batches = _batches(todo, lambda: results[0] >= total)
         done, finished = 0, False
-        repo = self._ahead(src, parts)
         try:
+            if total <= AUTO_FSYNC_MAX and sync.writer is not None:
+                sync.writer.wait()  # a direct write must not be overtaken by an older queued one
             for batch, last in batches:
                 with ctx.log.batch() as committed:
                     new = committed.append(batch)

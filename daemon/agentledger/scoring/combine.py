@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import Record
+from ..model import Record, maker
 from .breakdown import Row
 from .inputs import ScoringInputs
 from .rubric import Rubric
@@ -36,6 +36,10 @@ class Score:
     linked_traces: bool  # some verifier links traces (the record-aware writer's marker)
 
 
+# made without the dataclasses' __init__, ~27 objects a score (``model.maker``)
+_row, _pair, _score = maker(Row), maker(IntegrityPair), maker(Score)
+
+
 def combine(rubric: Rubric, values: dict[str, SignalValue]) -> tuple[bool, float, str, tuple[Row, ...]]:
     """Weighted mean renormalised over present signals, in rubric order (bit-exact)."""
     total = 0.0
@@ -47,12 +51,12 @@ def combine(rubric: Rubric, values: dict[str, SignalValue]) -> tuple[bool, float
     for s in rubric.signals:
         v = values[s.id]
         if not v.present or total == 0:
-            rows.append(Row(s.id, s.label, v.present, 0.0, v.detail, s.weight, 0.0, 0.0))
+            rows.append(_row(s.id, s.label, v.present, 0.0, v.detail, s.weight, 0.0, 0.0))
             continue
         effective = s.weight / total
         contribution = effective * v.sub_score
         value += contribution
-        rows.append(Row(s.id, s.label, True, v.sub_score, v.detail, s.weight, effective, contribution))
+        rows.append(_row(s.id, s.label, True, v.sub_score, v.detail, s.weight, effective, contribution))
     if total == 0:
         return False, 0.0, "unscored", tuple(rows)
     return True, value, rubric.band(value), tuple(rows)
@@ -64,16 +68,8 @@ def score(rubric: Rubric, x: ScoringInputs) -> Score:
     for sid in ("landed", "verifier", "tests"):  # the integrity track needs these in any rubric
         if sid not in values:
             values[sid] = MEASURES[sid](x)
-    return Score(
-        iteration=x.record.iteration,
-        rubric_version=rubric.version,
-        scored=scored,
-        value=value,
-        band=band,
-        breakdown=rows,
-        integrity=integrity(x, values),
-        linked_traces=any(v.linked_traces for v in x.record.verifiers),
-    )
+    return _score(x.record.iteration, rubric.version, scored, value, band, rows, integrity(x, values),
+                  any(v.linked_traces for v in x.record.verifiers))
 
 
 # -- integrity track (§8): claimed vs observed, never persisted in sidecars ----------
@@ -122,14 +118,8 @@ def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None) ->
         if not claimed.present and not observed.present:
             continue
         comparable = claimed.present and observed.present
-        out.append(IntegrityPair(
-            signal=signal,
-            role="impl" if r.schema_version == 1 else role,
-            claimed=claimed,
-            observed=observed,
-            comparable=comparable,
-            delta=observed.sub_score - claimed.sub_score if comparable else 0.0,
-        ))
+        out.append(_pair(signal, "impl" if r.schema_version == 1 else role, claimed, observed, comparable,
+                         observed.sub_score - claimed.sub_score if comparable else 0.0))
     return tuple(out)
 
 
