@@ -13,6 +13,7 @@ from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..scoring.signals import SignalValue
 from ..store.events import canonical_json, content_hash
+from ..store.scores import PROJECTED
 
 
 def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] | None:
@@ -32,11 +33,11 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] 
     data = sidecars.render_iteration(s.iteration, s.rubric_version, s.scored, float(s.value), s.band, s.breakdown,
                                      linked_traces_marker=bool(marker and s.linked_traces))
     # the whole payload crosses back as its JSON text; as a dict only what the score's
-    # projection reads (``store.scores.PROJECTED``: unpickling the whole dict cost the
-    # committing process ~37 us a score)
-    projected = {"iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest,
-                 "inputs_key": key, "scored": s.scored, "value": encode_float(s.value), "band": s.band,
-                 "sidecar": sidecars.iteration_sidecar_name(s.iteration)}
+    # projection reads (unpickling the whole dict cost the committing process ~37 us a score)
+    head = {"iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
+            "scored": s.scored, "value": encode_float(s.value), "band": s.band,
+            "sidecar": sidecars.iteration_sidecar_name(s.iteration)}  # the payload's fields but its lists
+    projected = {k: head[k] for k in PROJECTED}
     return (projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), signals, replaces)
 
 
