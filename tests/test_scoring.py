@@ -258,3 +258,5 @@ def test_made_objects_are_the_dataclasses_own(data) -> None:
     assert pickle.loads(pickle.dumps(got)) == want
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.__setattr__(dataclasses.fields(cls)[0].name, args[0])
+    with pytest.raises(TypeError, match="defaults"):  # what it would not build as ``__init__`` does
+        maker(Record)

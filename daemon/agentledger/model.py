@@ -206,9 +206,10 @@ def maker(cls: type) -> Callable[..., Any]:
     breakdown rows, integrity pairs); the dataclass's ``__init__`` spends an
     ``object.__setattr__`` a field (~0.9 us an object here, against ~0.45).
     ``test_made_objects_are_the_dataclasses_own`` compares the two."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-               for f in dataclasses.fields(cls)) and not hasattr(cls, "__post_init__"), cls
+    names = [f.name for f in dataclasses.fields(cls)]  # the class's own identifiers, nothing read
+    if hasattr(cls, "__post_init__") or any(f.default is not dataclasses.MISSING or f.default_factory is not
+                                            dataclasses.MISSING for f in dataclasses.fields(cls)):
+        raise TypeError(f"maker: {cls.__name__} has defaults or a __post_init__")
     fill = ", ".join(f"{n!r}: {n}" for n in names)
     namespace = {"new": object.__new__, "put": object.__setattr__, "cls": cls}
     exec(f"def make({', '.join(names)}):\n    o = new(cls)\n    put(o, '__dict__', {{{fill}}})\n    return o\n",
