@@ -67,9 +67,9 @@ def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple |
 
 # -- the payload's JSON text, written directly ---------------------------------------
 # ``canonical_json(score_payload(...))`` built a dict a row and a pair and encoded them:
-# 40-50 us a score, in every scoring pass (a backfill of 10,000: ~0.45 s of the workers'
+# 39-50 us a score, in every scoring pass (a backfill of 10,000: ~0.45 s of the workers'
 # CPU). The payload's shape is fixed, so its text is written here field by field with the
-# functions the JSON encoder itself uses (``encode_basestring``, ``float.__repr__``): ~25 us.
+# functions the JSON encoder itself uses (``encode_basestring``, ``float.__repr__``): ~29 us.
 # Anything not of the expected type goes through the encoder, so the text stays the
 # encoder's in every case (``tests/test_bulk.py::test_a_payloads_text_is_the_encoders``).
 
