@@ -354,6 +354,32 @@ def test_a_pool_that_breaks_mid_stream_loses_no_item(monkeypatch, breaks_at: str
     assert parallel._disabled is True
 
 
+def score_payload(s, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:
+    """The ``score.computed`` payload as dicts, field by field: what ``payload_json`` must
+    write as the JSON encoder would (the workers write the text directly)."""
+    from agentledger.jsonnum import encode_float as f
+    from agentledger.output import sidecars
+
+    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
+                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
+                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
+                 for r in s.breakdown]
+    integrity = [{"signal": p.signal, "role": p.role,
+                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
+                              "detail": p.claimed.detail},
+                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
+                               "detail": p.observed.detail},
+                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
+    return {
+        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
+        "scored": s.scored, "value": f(s.value), "band": s.band,
+        "breakdown": breakdown, "integrity": integrity,
+        "linked_traces": s.linked_traces, "marker": marker,
+        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
+        "window": list(window) if window is not None else None,
+    }
+
+
 numbers = st.one_of(floats, st.integers(-(2**70), 2**70), st.booleans())  # a rubric's weights may be integers
 values = st.builds(SignalValue, st.booleans(), numbers, texts)
 
@@ -369,7 +395,7 @@ def test_a_payloads_text_is_the_encoders(rows, pairs, iteration, version, scored
     encoder makes of the payload's dict, and its ``signals`` what ``signals_of`` makes of
     its breakdown: integers where floats are expected, non-finite numbers, negative zeros,
     repeated signals and odd strings included."""
-    from agentledger.ledger.score_job import payload_json, score_payload
+    from agentledger.ledger.score_job import payload_json
     from agentledger.scoring.combine import IntegrityPair, Score
     from agentledger.store.events import canonical_json
     from agentledger.store.scores import signals_of
@@ -391,7 +417,6 @@ def test_a_stored_score_renders_as_its_payload_does(rows, scored, value, marker,
     before included."""
     import sqlite3
 
-    from agentledger.ledger.score_job import score_payload
     from agentledger.scoring.combine import Score
     from agentledger.store.events import canonical_json, upcast
     from agentledger.store.scores import STORED_SQL, render_score_payload, render_stored, stored_job

@@ -312,7 +312,6 @@ def test_a_few_full_shas_resolve_in_one_process_as_in_two(tmp_path: Path, make_r
     assert git.GitRepo(str(repo.path)).resolve([first])[first].commit_time == "2026-01-02T03:04:05+00:00"
 
 
-
 def test_a_few_abbreviated_commits_resolve_with_their_files_in_two_processes(make_repo, monkeypatch) -> None:
     """The close-task hook's commit strings are usually abbreviated SHAs or names: one
     ``cat-file`` resolves them, and one ``git log`` says both their times and the files

@@ -41,37 +41,15 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] 
     return (projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), signals, replaces)
 
 
-def score_payload(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> dict:
-    """The ``score.computed`` payload: the whole score, explainable, and what it came from
-    (``window``: the transcript window its tokens were summed over, for pricing them)."""
-    f = encode_float
-    breakdown = [{"signal": r.signal, "label": r.label, "present": r.present, "sub_score": f(r.sub_score),
-                  "detail": r.detail, "nominal_weight": f(r.nominal_weight),
-                  "effective_weight": f(r.effective_weight), "contribution": f(r.contribution)}
-                 for r in s.breakdown]
-    integrity = [{"signal": p.signal, "role": p.role,
-                  "claimed": {"present": p.claimed.present, "sub_score": f(p.claimed.sub_score),
-                              "detail": p.claimed.detail},
-                  "observed": {"present": p.observed.present, "sub_score": f(p.observed.sub_score),
-                               "detail": p.observed.detail},
-                  "comparable": p.comparable, "delta": f(p.delta)} for p in s.integrity]
-    return {
-        "iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
-        "scored": s.scored, "value": f(s.value), "band": s.band,
-        "breakdown": breakdown, "integrity": integrity,
-        "linked_traces": s.linked_traces, "marker": marker,
-        "sidecar": sidecars.iteration_sidecar_name(s.iteration),
-        "window": list(window) if window is not None else None,
-    }
-
-
 # -- the payload's JSON text, written directly ---------------------------------------
-# ``canonical_json(score_payload(...))`` built a dict a row and a pair and encoded them:
-# 39-50 us a score, in every scoring pass (a backfill of 10,000: ~0.45 s of the workers'
-# CPU). The payload's shape is fixed, so its text is written here field by field with the
-# functions the JSON encoder itself uses (``encode_basestring``, ``float.__repr__``): ~29 us.
-# Anything not of the expected type goes through the encoder, so the text stays the
-# encoder's in every case (``tests/test_bulk.py::test_a_payloads_text_is_the_encoders``).
+# The payload is the whole score, explainable, and what it came from (``window``: the
+# transcript window its tokens were summed over, for pricing them). Building it as dicts
+# and encoding them cost 39-50 us a score, in every scoring pass (a backfill of 10,000:
+# ~0.45 s of the workers' CPU). Its shape is fixed, so its text is written here field by
+# field with the functions the JSON encoder itself uses (``encode_basestring``,
+# ``float.__repr__``): ~29 us. Anything not of the expected type goes through the encoder,
+# so the text is the encoder's in every case: ``tests/test_bulk.py::score_payload`` builds
+# the dicts, and ``test_a_payloads_text_is_the_encoders`` compares.
 
 def _num(x: object) -> str:
     if type(x) is float:
@@ -94,7 +72,7 @@ def _value(v: SignalValue) -> str:
 
 
 def payload_json(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> tuple[str, str]:
-    """``canonical_json(score_payload(...))`` and the score's ``signals`` column
+    """The ``score.computed`` payload's JSON text and the score's ``signals`` column
     (``store.scores.signals_of`` of its breakdown), written directly."""
     rows, signals = [], {}
     for r in s.breakdown:

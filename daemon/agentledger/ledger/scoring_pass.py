@@ -52,11 +52,8 @@ class ScoringPass:
         # are gathered a part at a time (a pass of 100,000 never holds all of them)
         results = [0]  # how many jobs have given their result
         todo = self._events(src, version, self._jobs(src, version, marker, parts), total, report, results)
-        # git answers the parts' commits from now on (before a bulk writer waits for the pool
-        # to start: the first part's gathering waits for those answers, the workers for it)
-        repo = self._ahead(src, parts)
         fsync = sync.fsync(total)
-        writer = None
+        writer = repo = None
         sessions: set[str] = set()  # written here, from the bytes the projector rendered
         written: set[int] = set()
 
@@ -77,6 +74,9 @@ class ScoringPass:
         batches = _batches(todo, lambda: results[0] >= total)
         done, finished = 0, False
         try:
+            # git answers the parts' commits from now on (before a bulk writer waits for the pool
+            # to start: the first part's gathering waits for those answers, the workers for it)
+            repo = self._ahead(src, parts)
             if total <= AUTO_FSYNC_MAX and sync.writer is not None:
                 sync.writer.wait()  # a direct write must not be overtaken by an older queued one
             for batch, last in batches:
