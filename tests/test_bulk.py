@@ -434,3 +434,22 @@ def test_a_stored_score_renders_as_its_payload_does(rows, scored, value, marker,
         assert render_stored(job) == ("p", want)
     if len(job) == 3 and job[2]:  # rows in another order than the payload's: put back in order
         assert render_stored((*job[:2], "\x1e".join(reversed(job[2].split("\x1e"))))) == ("p", want)
+
+
+def test_the_forkserver_imports_the_workers_jobs_and_not_the_committing_side() -> None:
+    """The modules the pool's forkserver imports before it forks the workers
+    (``parallel.PRELOAD``, named by ``agentledger.ledger``) bring in what the workers run:
+    no facade, scoring pass, planner or sidecar sync, which cost the forkserver ~90 ms of
+    imports on every command that starts the pool (a switch back waits for it)."""
+    code = ("import sys, importlib, agentledger.process.parallel as P\n"
+            "before = set(sys.modules)\n"
+            "import agentledger.ledger\n"  # (the package names them, and is imported with them)
+            "[importlib.import_module(m) for m in P.PRELOAD]\n"
+            "print(sorted(P.PRELOAD)); print(sorted(m for m in set(sys.modules) - before if m.startswith('agentledger')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert eval(out[0]) == ["agentledger.ledger.observe_job", "agentledger.ledger.score_job",
+                            "agentledger.ledger.sidecar_writes"]
+    imported = eval(out[1])
+    assert "agentledger.ledger.observe_job" in imported
+    for heavy in ("facade", "scoring_pass", "planner", "sidecar_sync", "iterlogs", "context", "rubrics"):
+        assert f"agentledger.ledger.{heavy}" not in imported, heavy

@@ -311,19 +311,24 @@ def test_full_disk_under_the_store_is_survived_and_recovered(tmp_path: Path, mak
             [sys.executable, "-m", "agentledger", "run", "--iteration-log", str(log), "--repo", str(repo.path),
              "--db", str(db)], stdout=(tmp_path / "daemon.log").open("w"), stderr=subprocess.STDOUT,
             env={**os.environ, "NOTIFY_SOCKET": str(notify.path)})
-        notify.wait_for("READY=1")
-        ballast = fill(small)
-        for n in range(2, 40):  # records big enough to outgrow the WAL's pages (kept short by checkpoints)
-            (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 40000}\"\n")
-        assert wait_until(lambda: "step failed; will retry" in (tmp_path / "daemon.log").read_text(), timeout=20)
-        assert proc.poll() is None
-        ballast.unlink()  # space comes back
-        assert wait_until(lambda: len(list(log.glob("iter-*.score.yaml"))) == 39, timeout=60)
-        # logged when the retried step returns, a moment after its last sidecar lands
-        assert wait_until(lambda: "recovered" in (tmp_path / "daemon.log").read_text(), timeout=10)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        notify.close()
+        try:
+            notify.wait_for("READY=1")
+            ballast = fill(small)
+            for n in range(2, 40):  # records big enough to outgrow the WAL's pages (kept short by checkpoints)
+                (log / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=n) + f"summary: \"{'x' * 40000}\"\n")
+            assert wait_until(lambda: "step failed; will retry" in (tmp_path / "daemon.log").read_text(), timeout=20)
+            assert proc.poll() is None
+            ballast.unlink()  # space comes back
+            assert wait_until(lambda: len(list(log.glob("iter-*.score.yaml"))) == 39, timeout=60)
+            # logged when the retried step returns, a moment after its last sidecar lands
+            assert wait_until(lambda: "recovered" in (tmp_path / "daemon.log").read_text(), timeout=10)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:  # a failure above leaves no service behind (nor its answering process)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+            notify.close()
         import sqlite3
 
         with sqlite3.connect(db) as c:

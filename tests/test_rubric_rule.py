@@ -136,6 +136,55 @@ def test_a_switch_back_writes_the_bytes_the_ledger_kept_and_renders_only_those_i
     assert all(want[f"iter-{it}.score.yaml"] == data for it, data in kept.items())
 
 
+@pytest.mark.parametrize("in_workers", [False, True], ids=["here", "in-workers"])
+def test_a_switch_back_writes_the_session_bytes_the_ledger_kept(tmp_path: Path, monkeypatch, in_workers) -> None:
+    """Session sidecars too are written from the bytes kept when their session was last
+    recomputed under the rubric (``session_sidecars``), here or by the worker processes
+    with the score sidecars; only a session with no kept bytes (projected before the table
+    existed) is read and rendered here. The files end as a fresh rebuild renders them, the
+    report counts each kind, and a rebuild keeps the same bytes."""
+    from agentledger.ledger import sidecar_sync
+    from agentledger.process import parallel
+
+    if in_workers:
+        if parallel.workers() < 2:
+            pytest.skip("one core: no worker processes")
+        monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "8")  # the pool writes them, as at 10,000
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    conn = sqlite3.connect(db)
+    kept = dict(conn.execute("SELECT session_id, bytes FROM session_sidecars WHERE rubric_version = '2.1.0'"))
+    sessions = [r[0] for r in conn.execute("SELECT session_id FROM sessions WHERE rubric_version = '2.1.0'"
+                                           " ORDER BY session_id")]
+    assert len(sessions) >= 3 and sorted(kept) == sessions
+    dropped = sessions[::3]
+    with conn:
+        conn.executemany("DELETE FROM session_sidecars WHERE rubric_version = '2.1.0' AND session_id = ?",
+                         [(s,) for s in dropped])
+    conn.close()
+    rendered = []
+    real = sidecar_sync.session_document
+    monkeypatch.setattr(sidecar_sync, "session_document", lambda c, src, sid, *a: rendered.append(sid) or real(c, src, sid, *a))
+    code, out, err = _cli(cfg, "backfill", "--rubric", "2.1.0", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["sidecars_written"], report["sessions_written"]) == (30, len(sessions)), report
+    assert sorted(rendered) == dropped  # the others' bytes were the ledger's
+    active, want = expected_sidecars(db, tmp_path)
+    assert active == "2.1.0" and on_disk(gen.log) == want
+    assert all(want[f"session-{sid}.score.yaml"] == data for sid, data in kept.items())
+    conn = sqlite3.connect(db)
+    with conn:  # what a rebuild keeps is what the switch wrote
+        conn.execute("DELETE FROM session_sidecars")
+    conn.close()
+    assert _cli(cfg, "rebuild")[0] == 0
+    conn = sqlite3.connect(db)
+    again = dict(conn.execute("SELECT session_id, bytes FROM session_sidecars WHERE rubric_version = '2.1.0'"))
+    conn.close()
+    assert again == {sid: want[f"session-{sid}.score.yaml"] for sid in sessions}
+
+
 def test_a_switch_back_scores_only_what_changed_meanwhile_and_ends_as_a_ledger_that_never_left(
         tmp_path: Path) -> None:
     """Switching back reuses the scores whose inputs did not move (their inputs key

@@ -205,6 +205,18 @@ def test_schema_is_strict_and_migrated_once(tmp_path: Path) -> None:
     assert conn.execute("SELECT name FROM _sqlite_migrations").fetchall() == applied
 
 
+def test_a_new_ledger_leaves_no_wal_of_its_migrations(tmp_path: Path) -> None:
+    """Each migration commits its own rewrite of the schema's pages: without a checkpoint
+    once they are applied, a new ledger's WAL held ~3.8 MB (more than the database) until
+    the first background checkpoint, room a nearly full disk did not have for the first
+    records (test_daemon.py's full disk test failed that way when one migration was added)."""
+    conn = db.connect(tmp_path / "l.sqlite")
+    wal = tmp_path / "l.sqlite-wal"
+    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] > 20
+    assert not wal.exists() or wal.stat().st_size == 0
+    conn.close()
+
+
 def test_a_new_ledger_is_migrated_without_importing_numpy(tmp_path: Path) -> None:
     """sqlite-utils imports numpy when it is installed (~75 ms of a cold ingest's start);
     the migrations bar that import while sqlite-utils loads, and only then."""

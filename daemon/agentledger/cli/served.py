@@ -108,7 +108,7 @@ def _warm() -> None:
 
     from .. import ledger  # noqa: F401
     from ..analysis import changepoint  # noqa: F401 - the detectors, fed after each score
-    from ..ledger import commit, gathered, iterlogs, score_job, scoring_pass, sidecar_sync  # noqa: F401
+    from ..ledger import commit, facade, gathered, iterlogs, score_job, scoring_pass, sidecar_sync  # noqa: F401
     from ..output import sidecars  # noqa: F401
     from ..scoring import combine  # noqa: F401
     from ..sources.iterlogs import records, sidefiles  # noqa: F401

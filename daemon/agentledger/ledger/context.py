@@ -17,6 +17,7 @@ from ..errors import Stopping
 from ..scoring.rubric import Rubric
 from ..sources.git import GitRepo
 from ..sources.iterlogs.files import ReadLimits
+from ..store.db import read_state
 from ..store.log import EventLog
 from ..store.touched import Touched
 
@@ -59,7 +60,3 @@ class Context:
         return read_state(self.conn, key)
 
 
-def read_state(conn: sqlite3.Connection, key: str) -> str | None:
-    """One value of the ``ledger_state`` projection (active rubric, backfill, …)."""
-    row = conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else None

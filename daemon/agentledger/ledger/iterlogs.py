@@ -19,12 +19,12 @@ from ..sources.iterlogs import files as S
 from ..sources.git import GitRepo
 from ..sources.iterlogs.listing import list_log_dir
 from ..sources.iterlogs.artifacts import REVIEW_DECISION, TASKS, VERIFIER_RESULT, resolve_artifact_path
-from ..store.iterations import projected
 from ..store.log import FileCheckpoint
 from ..store.touched import Touched
 from . import commit
 from .context import Context
 from .inputs import Inputs
+from .observe_job import observe_job
 from .outcome import BATCH, Outcome
 from .scan_marks import ScanMarks
 from .tailing import Tailing
@@ -210,7 +210,7 @@ class IterationLogs:
         cps = self._checkpoints(src, cands, rels)
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         moved = False
-        for job, obs in zip(jobs, pmap(_observe_job, jobs)):
+        for job, obs in zip(jobs, pmap(observe_job, jobs)):
             if obs is not None:
                 if not moved:  # something moved: this scan keeps no mark of the directory
                     moved = True
@@ -262,16 +262,3 @@ def _moved(cands: list[S.Candidate], known: dict[str, tuple]) -> list[S.Candidat
                 pass
         out.append(c)
     return out
-
-
-def _observe_job(job: tuple) -> S.Observation | None:
-    """One candidate observed, in a worker process for bulk work; what crosses back is what
-    the committing process reads: its record events' payloads as their family projects
-    them (``projected``: the records stay in the events' JSON text), and no candidate
-    (``_observe`` has it)."""
-    obs = S.observe(*job)
-    if obs is not None:
-        for ev in obs.events:
-            projected(ev)
-        obs.cand = None  # type: ignore[assignment]
-    return obs

@@ -19,7 +19,8 @@ from ..process import parallel
 from ..scoring import rubric as rubric_data
 from ..store.events import Event
 from . import commit
-from .context import Context, read_state
+from ..store.db import read_state
+from .context import Context
 from .planner import Planner
 from .outcome import Outcome, Progress, SourceError
 from .scoring_pass import ScoringPass

@@ -30,7 +30,7 @@ from ..store import db as store
 from ..store.projections import session_document, session_rows
 from ..store.scores import STORED_SQL, render_stored, stored_job
 from . import sidecar_writes
-from .context import Context, read_state
+from .context import Context
 from .outcome import Outcome
 
 log = logging.getLogger("agentledger")
@@ -80,7 +80,7 @@ class SidecarSync:
 
     def active(self, conn: sqlite3.Connection | None = None) -> str:
         """The ledger's active rubric now (this process's if the ledger names none)."""
-        return read_state(conn or self.ctx.conn, "active_rubric") or self.ctx.rubric.version
+        return store.read_state(conn or self.ctx.conn, "active_rubric") or self.ctx.rubric.version
 
     def sync(self, src: IterationLogSource, iterations: list[int] | None = None, *,
              skip_iterations: Collection[int] = (), skip_sessions: Collection[str] = ()) -> Outcome:
@@ -146,9 +146,10 @@ class SidecarSync:
                     and not seen.holds(r["sidecar"], r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
         fresh: list[tuple] = []
+        kept = (fsync := self.fsync(len(sessions)), _kept_sessions(conn, src.id, version, sessions, seen))
+        sessions = [r for r in sessions if r["session_id"] not in kept[1]]  # recomputed before bytes were kept
         with Spares() as spares:
             def write_sessions() -> Iterator[None]:  # one a step, between the workers' results
-                fsync = self.fsync(len(sessions))
                 rows = session_rows(conn, src.id, version) if len(sessions) > SESSION_ROWS_FROM else None
                 for r in sessions:
                     data = session_document(conn, src.id, r["session_id"], version,
@@ -157,36 +158,44 @@ class SidecarSync:
                         report.sessions_written += self.write(seen.path(r["sidecar"]), data, report, fsync, fresh,
                                                               compare=False, spares=spares)  # known to differ
                     yield
-            self._write_scores(seen.prefix, src.id, version, stale, report, write_sessions(), len(sessions))
+            self._write_scores(seen.prefix, src.id, version, stale, report, kept, write_sessions(), len(sessions))
         remember(conn, fresh)
         return report
 
     def _write_scores(self, prefix: str, source: str, version: str, stale: list[tuple[str, int, int]],
-                      report: Outcome, alongside: Iterator[None], steps: int) -> None:
-        """Write the score sidecars ``stale`` names ((file name, its score event's seq,
-        iteration)) under ``version``, and take the ``steps`` steps of ``alongside`` (the
-        session sidecars). Their bytes are the ledger's (``score_sidecars``), or rendered
-        from the events of scores projected before it kept them. When there are many (a
-        switch back to a rubric the ledger holds, a rebuild), the worker processes write
-        them (and render those), a run of ``RENDER_RUN`` each (``render_run``), while this
-        process reads the next ones and takes its steps
-        between their results: a run swaps its files into place and frees no inode
-        (``output/spare.py``), so two writers in one directory do not wait for each
-        other. This process holds the gate for the whole sync; the workers take no lock."""
+                      report: Outcome, kept: tuple[bool, dict[str, tuple[str, bytes]]],
+                      alongside: Iterator[None], steps: int) -> None:
+        """Write the score sidecars ``stale`` names ((file name, its event's seq, iteration))
+        under ``version``, then the session sidecars ``kept`` holds ((fsync, {session:
+        (path, bytes)})), and take the ``steps`` steps of ``alongside`` (the session sidecars
+        of no kept bytes). Score sidecars are the ledger's bytes (``score_sidecars``) or
+        rendered from the events of scores projected before it kept them. When there are many
+        (a switch back, a rebuild), the worker processes write them, a run of ``RENDER_RUN``
+        each (``render_run``), while this process reads the next ones and takes its steps
+        between their results: a run swaps its files into place, freeing no inode (``output/
+        spare.py``). This process holds the gate for the whole sync; the workers take no lock."""
         fsync, fresh = self.fsync(len(stale)), []
-        pool = parallel.pool_for(len(stale))
+        session_fsync, session_jobs = kept[0], list(kept[1].values())
+        pool = parallel.pool_for(len(stale) + len(session_jobs))
         if pool is None:
             with Spares() as spares:
                 for job in _stored(self.ctx.conn, prefix, stale, source, version):
                     path, data = render_stored(job)
                     report.sidecars_written += self.write(path, data, report, fsync, fresh, compare=False,
                                                           spares=spares)
+                for path, data in session_jobs:
+                    report.sessions_written += self.write(path, data, report, session_fsync, fresh, compare=False,
+                                                          spares=spares)
         else:
             stored = _stored(self.ctx.conn, prefix, stale, source, version)
-            runs = ((fsync, run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), []))
-            per_result = math.ceil(steps / math.ceil(len(stale) / RENDER_RUN))  # steps taken after each result
-            for written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs):
-                report.sidecars_written += written
+            runs = itertools.chain(
+                ((fsync, "sidecars_written", run) for run in iter(lambda: list(itertools.islice(stored, RENDER_RUN)), [])),
+                ((session_fsync, "sessions_written", session_jobs[at:at + RENDER_RUN])
+                 for at in range(0, len(session_jobs), RENDER_RUN)))
+            results = math.ceil(len(stale) / RENDER_RUN) + math.ceil(len(session_jobs) / RENDER_RUN)
+            per_result = math.ceil(steps / results)  # steps taken after each result
+            for kind, written, failed, seen in parallel.imap_bounded(sidecar_writes.render_run, runs):
+                setattr(report, kind, getattr(report, kind) + written)
                 fresh += seen
                 for path, reason in failed:
                     self.failed(report, path, reason.removeprefix(f"{path}: "))
@@ -364,6 +373,18 @@ def _stored(conn: sqlite3.Connection, prefix: str, stale: list[tuple[str, int, i
             path = prefix + part[seq]
             yield stored_job(path, kind, schema_version, *fields) or (path, kind, schema_version, conn.execute(
                 "SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+
+
+def _kept_sessions(conn: sqlite3.Connection, source: str, version: str, sessions: list, seen: Seen
+                   ) -> dict[str, tuple[str, bytes]]:
+    """(path, the bytes the ledger keeps: ``session_sidecars``) of each of ``sessions`` (rows
+    with their ``session_id`` and ``sidecar``) under ``version`` that has them, by session."""
+    if not sessions:
+        return {}
+    kept = dict(conn.execute(
+        "SELECT session_id, bytes FROM session_sidecars WHERE source = ? AND rubric_version = ? AND session_id IN"
+        " (SELECT value FROM json_each(?))", (source, version, json.dumps([r["session_id"] for r in sessions]))))
+    return {r["session_id"]: (seen.path(r["sidecar"]), kept[r["session_id"]]) for r in sessions if r["session_id"] in kept}
 
 
 def remember(conn: sqlite3.Connection, rows: list[tuple]) -> None:

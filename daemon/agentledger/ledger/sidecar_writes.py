@@ -24,7 +24,6 @@ from pathlib import Path
 from ..output import sidecars
 from ..store import db as store
 from ..store.scores import render_stored
-from .context import read_state
 
 
 @contextlib.contextmanager
@@ -49,7 +48,7 @@ def current_keys(conn: sqlite3.Connection, keys: list[tuple], default_version: s
     (``default_version`` when the ledger names none). An error: all of them (cannot
     tell: write, as without the check)."""
     try:
-        active = read_state(conn, "active_rubric") or default_version
+        active = store.read_state(conn, "active_rubric") or default_version
         groups: dict[tuple, list[tuple]] = {}
         for key in keys:
             if key[3] == active:
@@ -88,16 +87,17 @@ def write_run(job: tuple) -> tuple[dict[str, int], int, list[tuple[str, str]], l
         return sidecars.write_many(items, current)
 
 
-def render_run(job: tuple) -> tuple[int, list[tuple[str, str]], list[tuple]]:
-    """In a worker process: one run of a large sync's stale score sidecars, (fsync,
-    [(path, the bytes kept with its score) or a ``store.scores.stored_job`` of each]),
-    rendered from their events where none were kept, and written; the syncing process
-    holds the gate. How many were written, (path, error) of those that
-    were not, and the ``sidecar_seen`` rows of those that were."""
-    fsync, jobs = job
+def render_run(job: tuple) -> tuple[str, int, list[tuple[str, str]], list[tuple]]:
+    """In a worker process: one run of a large sync's stale sidecars, (fsync, their kind:
+    "sidecars_written" or "sessions_written", [(path, the bytes the ledger keeps) or a
+    score's ``store.scores.stored_job``]), rendered from their events where no bytes were
+    kept, and written; the syncing process holds the gate. Their kind, how many were
+    written, (path, error) of those that were not, and the ``sidecar_seen`` rows of those
+    that were."""
+    fsync, kind, jobs = job
     written, _, errors, seen = sidecars.write_many(
-        ((path, data, fsync, "sidecars_written", None) for path, data in map(render_stored, jobs)), compare=False)
-    return written["sidecars_written"], errors, seen
+        ((path, data, fsync, kind, None) for path, data in map(render_stored, jobs)), compare=False)
+    return kind, written[kind], errors, seen
 
 
 class PoolWriter:

@@ -83,6 +83,12 @@ def optimize(conn: sqlite3.Connection) -> None:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
+def read_state(conn: sqlite3.Connection, key: str) -> str | None:
+    """One value of the ``ledger_state`` projection (active rubric, backfill, …)."""
+    row = conn.execute("SELECT value FROM ledger_state WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
 def connect_readonly(path: str | Path) -> sqlite3.Connection:
     """A connection that cannot write: ``mode=ro`` plus ``query_only``."""
     _check_version()

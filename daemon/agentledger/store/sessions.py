@@ -25,7 +25,7 @@ class SessionFamily:
     transaction and keeps the sidecar bytes it rendered (``session_bytes``) for the
     writer."""
 
-    tables = ("sessions",)
+    tables = ("sessions", "session_sidecars")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -98,7 +98,7 @@ class SessionFamily:
                 _SESSION_ROWS + " AND i.session_id IN (SELECT value FROM json_each(?)) ORDER BY i.session_id,"
                 " i.iteration", (version, source, wanted)):
             rows.setdefault(r[0], []).append(r)
-        gone, upserts = [], []
+        gone, upserts, kept = [], [], []
         band_of = rubrics.load(version).band
         for session_id in ids:
             if session_id not in rows:  # its last iteration left it (a no-op when it never had a row)
@@ -111,12 +111,17 @@ class SessionFamily:
                 data = sidecars.render_session(session_id, version, entries, scored, value, band)
                 sha = sidecars.sha256(data)
                 self.session_bytes[(source, session_id, version)] = (data, sha)
+                kept.append((source, session_id, version, data))  # (an unsafe id's: never kept)
             iters = canonical_json([e.iteration for e in entries])
             upserts.append((source, session_id, version, iters, int(scored), real(value), band, name, sha))
         self.conn.executemany("DELETE FROM sessions WHERE source = ? AND session_id = ? AND rubric_version = ?", gone)
+        self.conn.executemany("DELETE FROM session_sidecars WHERE source = ? AND session_id = ? AND rubric_version = ?",
+                              gone)
         self.conn.executemany(
             "INSERT OR REPLACE INTO sessions (source, session_id, rubric_version, iterations, scored,"
             " value, band, sidecar, sidecar_sha256) VALUES (?,?,?,?,?,?,?,?,?)", upserts)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO session_sidecars (source, session_id, rubric_version, bytes) VALUES (?,?,?,?)", kept)
 
 
 _SESSION_ROWS = ("SELECT i.session_id, i.iteration, s.scored, s.value, s.band FROM iterations i JOIN scores s"
