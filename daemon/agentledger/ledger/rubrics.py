@@ -17,9 +17,9 @@ from dataclasses import replace
 from ..config import Config
 from ..process import parallel
 from ..scoring import rubric as rubric_data
+from ..store.db import read_state
 from ..store.events import Event
 from . import commit
-from ..store.db import read_state
 from .context import Context
 from .planner import Planner
 from .outcome import Outcome, Progress, SourceError

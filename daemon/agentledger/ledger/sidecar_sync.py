@@ -109,10 +109,9 @@ class SidecarSync:
             its = json.dumps(list(iterations))
             filt = " AND iteration IN (SELECT value FROM json_each(?))"
             args.append(its)
-        # never from a score that came in by import and was not scored here (scoring_pass);
-        # with what ``sidecar_seen`` recorded of each file, joined here
-        # a full sync right after this pass's listing: the stat each sidecar had there (one
-        # changed since by a writer of ours is read: its key is not the one it recorded)
+        # never from a score that came in by import and was not scored here (scoring_pass); with
+        # what ``sidecar_seen`` recorded of each file; a full sync right after this pass's listing
+        # takes each sidecar's stat there (one a writer of ours changed since is read: its key moved)
         seen = Seen(conn, src.path, self.ctx.listed_sidecars.pop(src.id, None) if iterations is None else None)
         cur = conn.cursor()
         cur.row_factory = None  # plain tuples: every score of the source on a full sync
@@ -146,8 +145,9 @@ class SidecarSync:
                     and not seen.holds(r["sidecar"], r["sidecar_sha256"], tuple(r)[3:])]
         seen.save()
         fresh: list[tuple] = []
-        kept = (fsync := self.fsync(len(sessions)), _kept_sessions(conn, src.id, version, sessions, seen))
-        sessions = [r for r in sessions if r["session_id"] not in kept[1]]  # recomputed before bytes were kept
+        fsync = self.fsync(len(sessions))  # the session sidecars'
+        kept = _kept_sessions(conn, src.id, version, sessions, seen)
+        sessions = [r for r in sessions if r["session_id"] not in kept]  # recomputed before bytes were kept
         with Spares() as spares:
             def write_sessions() -> Iterator[None]:  # one a step, between the workers' results
                 rows = session_rows(conn, src.id, version) if len(sessions) > SESSION_ROWS_FROM else None
@@ -158,7 +158,8 @@ class SidecarSync:
                         report.sessions_written += self.write(seen.path(r["sidecar"]), data, report, fsync, fresh,
                                                               compare=False, spares=spares)  # known to differ
                     yield
-            self._write_scores(seen.prefix, src.id, version, stale, report, kept, write_sessions(), len(sessions))
+            self._write_scores(seen.prefix, src.id, version, stale, report, (fsync, kept), write_sessions(),
+                               len(sessions))
         remember(conn, fresh)
         return report
 
@@ -170,10 +171,9 @@ class SidecarSync:
         (path, bytes)})), and take the ``steps`` steps of ``alongside`` (the session sidecars
         of no kept bytes). Score sidecars are the ledger's bytes (``score_sidecars``) or
         rendered from the events of scores projected before it kept them. When there are many
-        (a switch back, a rebuild), the worker processes write them, a run of ``RENDER_RUN``
-        each (``render_run``), while this process reads the next ones and takes its steps
-        between their results: a run swaps its files into place, freeing no inode (``output/
-        spare.py``). This process holds the gate for the whole sync; the workers take no lock."""
+        (a switch back, a rebuild), the worker processes write them, ``RENDER_RUN`` a run
+        (``render_run``: swapped into place, freeing no inode), while this process reads the
+        next ones and takes its steps. It holds the gate for the whole sync; the workers take no lock."""
         fsync, fresh = self.fsync(len(stale)), []
         session_fsync, session_jobs = kept[0], list(kept[1].values())
         pool = parallel.pool_for(len(stale) + len(session_jobs))
