@@ -3,10 +3,13 @@ stationary stream (the rates are bench/bench_detect.py's; these are single cases
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
-from agentledger.analysis.changepoint import Detector
+from agentledger.analysis.changepoint import BINARY_H, CHARTS, CLIP, MIN_SD, REFERENCE, WARMUP, Detection, Detector
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _stream(seed: int, n: int, at: int | None, shift_sd: float) -> list[float]:
@@ -94,3 +97,102 @@ def test_a_signal_that_is_1_but_for_the_odd_0_is_judged_as_pass_fail() -> None:
     for x in _stream(1, 200, None, 0):
         numbers.add(x)
     assert numbers.binary is False
+
+
+class _Before(Detector):
+    """The detector as it was before its runs were updated only where a chart stands above
+    zero and its ``sd`` was kept (``add`` and ``sd`` as at 5faa116, verbatim): the oracle of
+    ``test_the_detector_says_what_it_said_before``."""
+
+    @property
+    def sd(self) -> float:
+        return max(math.sqrt(self._m2 / (self._ref_n - 1)), MIN_SD) if self._ref_n > 1 else MIN_SD
+
+    def add(self, x: float, label=None):
+        i = self._n
+        self._n = i + 1
+        xx = x * x
+        for runs in (self._up_run, self._down_run):
+            for run in runs:
+                if not run[2]:
+                    run[1] = label
+                run[2] += 1
+                run[3] += x
+                run[4] += xx
+        if self._ref_n < WARMUP:
+            self._learn(x)
+            if self.binary is None:
+                self._lo = x if self._lo is None else min(self._lo, x)
+                self._hi = x if self._hi is None else max(self._hi, x)
+                if self._ref_n == WARMUP:
+                    self._decide()
+            return None
+        hit = None
+        ups, downs = self._up, self._down
+        if self.binary:
+            v = 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)  # min(max(x, 0.0), 1.0)
+            w = 1 - v
+            steps = [(v * a + w * b, v * c + w * d, BINARY_H) for a, b, c, d in self._binary_logs()]
+        else:
+            z = (x - self._mean) / self.sd
+            z = -CLIP if z < -CLIP else (CLIP if z > CLIP else z)  # min(max(z, -CLIP), CLIP), NaN kept
+            steps = [(z - k, -z - k, h) for k, h in CHARTS]
+        c = 0
+        for up, down, h in steps:
+            u = ups[c] + up
+            d = downs[c] + down
+            u = ups[c] = u if u > 0.0 else 0.0  # max(0.0, u), NaN and -0.0 included
+            d = downs[c] = d if d > 0.0 else 0.0
+            if u == 0.0:
+                self._up_run[c][:] = [i, None, 0, 0.0, 0.0]
+            if d == 0.0:
+                self._down_run[c][:] = [i, None, 0, 0.0, 0.0]
+            if hit is None:
+                if u > h:
+                    hit = ("up", self._up_run[c])
+                elif d > h:
+                    hit = ("down", self._down_run[c])
+            c += 1
+        if hit is None:
+            if self._ref_n < REFERENCE:
+                self._learn(x)
+            return None
+        direction, (zero, start_label, n, total, squares) = hit
+        after = total / n
+        detection = Detection(i, zero + 1, start_label, direction, self._mean, after,
+                              (after - self._mean) / self.sd)
+        self._reset(i + 1, n, after, max(squares - total * total / n, 0.0))
+        return detection
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([False, True, None]), st.integers(150, 700),
+       st.floats(-3.0, 3.0), st.floats(0.0, 0.05))
+def test_the_detector_says_what_it_said_before(seed: int, binary, n: int, shift: float, nan_rate: float) -> None:
+    """Each point's detection and the state after it (``state()``: every chart's sums and
+    runs, the reference) are those of the detector before (``_Before``), NaNs, a shift and
+    pass/fail streams included: a chart at zero now resets its run without adding the point
+    to it first, and ``sd`` is kept while the reference stands; neither moves a number."""
+    r = random.Random(seed)
+    at = r.randrange(100, n)
+    if binary is False:
+        xs = [r.gauss(0.6, 0.1) + (shift * 0.1 if i >= at else 0.0) for i in range(n)]
+    else:
+        xs = [float(r.random() < min(max(0.7 + (shift * 0.1 if i >= at else 0.0), 0.0), 1.0)) for i in range(n)]
+    xs = [math.nan if r.random() < nan_rate else x for x in xs]
+    fast, before = Detector(binary=binary), _Before(binary=binary)
+    for i, x in enumerate(xs):
+        assert fast.add(x, i) == before.add(x, i), i
+        assert _same(fast.state(), before.state()), i
+        assert _same(fast.sd, before.sd), i
+
+
+def _same(a, b) -> bool:
+    """Equal, a NaN equal to a NaN (a NaN point can leave one in a run's sums)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b

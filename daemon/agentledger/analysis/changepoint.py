@@ -73,6 +73,7 @@ class Detector:
     # the binary charts' log-likelihood ratios and the (mean, count) they were made for
     _logs: list = field(default_factory=list, repr=False, compare=False)
     _logs_for: tuple | None = field(default=None, repr=False, compare=False)
+    _sd: float | None = field(default=None, repr=False, compare=False)  # ``sd`` until the reference moves
 
     def __post_init__(self) -> None:
         if not self._up:
@@ -91,7 +92,7 @@ class Detector:
 
     def _reset(self, at: int, n: int, mean: float, m2: float) -> None:
         """A new reference: ``n`` points already learnt (the ones after a change)."""
-        self._ref_n, self._mean, self._m2 = n, mean, m2
+        self._ref_n, self._mean, self._m2, self._sd = n, mean, m2, None
         charts = len(BINARY_SHIFTS if self.binary else CHARTS)
         self._up = [0.0] * charts
         self._down = [0.0] * charts
@@ -109,6 +110,7 @@ class Detector:
         d = x - self._mean
         self._mean += d / self._ref_n
         self._m2 += d * (x - self._mean)
+        self._sd = None
 
     @property
     def mean(self) -> float:
@@ -116,7 +118,12 @@ class Detector:
 
     @property
     def sd(self) -> float:
-        return max(math.sqrt(self._m2 / (self._ref_n - 1)), MIN_SD) if self._ref_n > 1 else MIN_SD
+        """Asked twice a point (the caller keeps each metric's reference), and fixed once the
+        reference is (after ``REFERENCE`` points): kept until it moves."""
+        sd = self._sd
+        if sd is None:
+            sd = self._sd = max(math.sqrt(self._m2 / (self._ref_n - 1)), MIN_SD) if self._ref_n > 1 else MIN_SD
+        return sd
 
     def _binary_logs(self) -> list[tuple[float, float, float, float]]:
         """For each shift, the four log-likelihood ratios a pass/fail point adds (up if it
@@ -146,14 +153,10 @@ class Detector:
         i = self._n
         self._n = i + 1
         xx = x * x
-        for runs in (self._up_run, self._down_run):
-            for run in runs:
-                if not run[2]:
-                    run[1] = label
-                run[2] += 1
-                run[3] += x
-                run[4] += xx
         if self._ref_n < WARMUP:
+            for runs in (self._up_run, self._down_run):
+                for run in runs:
+                    _join(run, label, x, xx)
             self._learn(x)
             if self.binary is None:
                 self._lo = x if self._lo is None else min(self._lo, x)
@@ -162,7 +165,7 @@ class Detector:
                     self._decide()
             return None
         hit = None
-        ups, downs = self._up, self._down
+        ups, downs, up_runs, down_runs = self._up, self._down, self._up_run, self._down_run
         if self.binary:
             v = 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)  # min(max(x, 0.0), 1.0)
             w = 1 - v
@@ -177,15 +180,20 @@ class Detector:
             d = downs[c] + down
             u = ups[c] = u if u > 0.0 else 0.0  # max(0.0, u), NaN and -0.0 included
             d = downs[c] = d if d > 0.0 else 0.0
+            # a chart at zero starts its run again after this point; else the point joins it
             if u == 0.0:
-                self._up_run[c][:] = [i, None, 0, 0.0, 0.0]
+                up_runs[c][:] = i, None, 0, 0.0, 0.0
+            else:
+                _join(up_runs[c], label, x, xx)
             if d == 0.0:
-                self._down_run[c][:] = [i, None, 0, 0.0, 0.0]
+                down_runs[c][:] = i, None, 0, 0.0, 0.0
+            else:
+                _join(down_runs[c], label, x, xx)
             if hit is None:
                 if u > h:
-                    hit = ("up", self._up_run[c])
+                    hit = ("up", up_runs[c])
                 elif d > h:
-                    hit = ("down", self._down_run[c])
+                    hit = ("down", down_runs[c])
             c += 1
         if hit is None:
             if self._ref_n < REFERENCE:
@@ -197,3 +205,13 @@ class Detector:
                               (after - self._mean) / self.sd)
         self._reset(i + 1, n, after, max(squares - total * total / n, 0.0))
         return detection
+
+
+def _join(run: list, label: Any, x: float, xx: float) -> None:
+    """A point joins a chart's run: [the index the chart last stood at zero, the label of
+    the point after it, the count, sum and sum of squares of the points since]."""
+    if not run[2]:
+        run[1] = label
+    run[2] += 1
+    run[3] += x
+    run[4] += xx
