@@ -185,6 +185,34 @@ def test_a_switch_back_writes_the_session_bytes_the_ledger_kept(tmp_path: Path, 
     assert again == {sid: want[f"session-{sid}.score.yaml"] for sid in sessions}
 
 
+def test_a_switch_back_in_the_workers_refuses_a_symlink_planted_at_a_session_sidecar(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A session sidecar written from its kept bytes by a worker (``render_run``) goes
+    through the same refusal as every sidecar write: a symlink planted at its path, pointing
+    out of the tree, is neither followed nor replaced; the switch completes, says the path
+    once (exit status 1, as for any sidecar not written), and writes every other file."""
+    from agentledger.process import parallel
+
+    if parallel.workers() < 2:
+        pytest.skip("one core: no worker processes")
+    monkeypatch.setenv("AGENTLEDGER_PARALLEL_MIN_ITEMS", "8")
+    gen, cfg, db, _ = _setup(tmp_path)
+    assert _cli(cfg, "ingest")[0] == 0
+    assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
+    target = sorted(gen.log.glob("session-*.score.yaml"))[0]
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    target.unlink()
+    target.symlink_to(outside)
+    code, out, err = _cli(cfg, "backfill", "--rubric", "2.1.0", "--json")
+    assert code == 1 and f"cannot write {target}: not a regular file" in err, err  # said once, the rest done
+    assert err.count("cannot write") == 1
+    assert outside.read_text() == "keep me\n" and target.is_symlink()
+    _, want = expected_sidecars(db, tmp_path)
+    disk = on_disk(gen.log)
+    assert {k: v for k, v in disk.items() if k != target.name} == {k: v for k, v in want.items() if k != target.name}
+
+
 def test_a_switch_back_scores_only_what_changed_meanwhile_and_ends_as_a_ledger_that_never_left(
         tmp_path: Path) -> None:
     """Switching back reuses the scores whose inputs did not move (their inputs key
