@@ -397,7 +397,7 @@ def test_commits_resolved_ahead_while_artifacts_are_read_score_the_same(tmp_path
         args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
-        assert not threads_named("agentledger-git-prefetch")
+        assert not threads_named("agentledger-git-prefetch") and not threads_named("agentledger-trunk-ahead")
         return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
 
     started = []
@@ -481,7 +481,7 @@ def test_a_pass_in_parts_has_git_answer_each_part_ahead_and_scores_the_same(tmp_
         args = ["--iteration-log", str(log), "--repo", str(repo.path), "--db", str(db), "-q"]
         code, _, err = run_cli("ingest", *args)
         assert code == 0, err
-        assert not threads_named("agentledger-git-ahead")
+        assert not threads_named("agentledger-git-ahead") and not threads_named("agentledger-trunk-ahead")
         assert len(listed) == len(set(listed)), listed  # each commit's files listed once
         return query(db, "SELECT iteration, inputs_hash, sidecar_sha256 FROM scores ORDER BY iteration")
 
@@ -528,6 +528,62 @@ def test_a_pass_ends_its_thread_ahead_before_the_next_part(tmp_path: Path, make_
     assert git._ahead is None
     resolved = [s for s in shas if s[:7] in git.commits._resolved]
     assert resolved in ([], shas[:1])  # the part under way at most, nothing after it
+
+
+def _log_state(log) -> tuple:
+    return (log.index, log.subject_at, log.revert_prefix, log.revert_lengths, log.by_subject, log._eof)
+
+
+def test_a_trunk_log_read_ahead_is_the_log_read_alone(tmp_path: Path, make_repo, monkeypatch) -> None:
+    """``GitRepo.prefetch`` and ``ahead`` read the trunk's log on a thread of its own
+    (``_read_trunk``) while the pass gets ready: a reader on another thread waits for it and
+    finds the same log, reverts and subjects included; a stop ends it before its next chunk,
+    and the next reader reads on from there to the same log; and nothing is left running
+    once the pass joins its threads or the repository is closed. Here ``git log`` takes
+    0.3 s to start, so the pass's own reader comes while the thread is under way."""
+    from agentledger.sources.git import GitRepo
+
+    from .conftest import threads_named
+
+    repo: Repo = make_repo()
+    shas = [repo.commit(f"feat: change {i}\n\n" + f"line {i}\n" * 4000, {f"f{i}.txt": str(i)}) for i in range(6)]
+    repo.commit(f'Revert "feat: change 2"\n\nThis reverts commit {shas[2]}.')
+    alone = GitRepo(str(repo.path))
+    alone.trunk_log().read_all()
+    assert len(alone.trunk_log().index) == 7 and alone.trunk_log().first_revert(shas[2], 5)
+
+    _slow_git(tmp_path, monkeypatch, '*" log "*) sleep 0.3;;')
+    git = GitRepo(str(repo.path))
+    git.prefetch(shas[:2])
+    log = git.trunk_log()
+    assert threads_named("agentledger-trunk-ahead")
+    assert log.position(shas[0]) == 6  # waits for the thread under way, then answers
+    log.read_all()
+    git.join_prefetch()
+    assert _log_state(log) == _log_state(alone.trunk_log())
+    git.close()
+    assert not threads_named("agentledger-trunk-ahead")
+
+    class AfterOne:  # set once one chunk was read
+        calls = 0
+
+        def is_set(self) -> bool:
+            self.calls += 1
+            return self.calls > 1
+
+    cut = GitRepo(str(repo.path))
+    log = cut.trunk_log()
+    log.read_all(AfterOne())  # type: ignore[arg-type]
+    assert not log._eof and 0 < len(log.index) < 7  # the messages span chunks of 64 KiB
+    log.read_all()
+    assert _log_state(log) == _log_state(alone.trunk_log())
+    git = GitRepo(str(repo.path))
+    with git.one_view():
+        git.ahead([([shas[0]], set())])
+        git.join_ahead()
+    assert not threads_named("agentledger-trunk-ahead") and git._trunk_reader is None
+    for g in (alone, cut, git):
+        g.close()
 
 
 def test_what_git_has_answered_is_read_without_waiting_for_a_call_under_way(make_repo, monkeypatch) -> None:

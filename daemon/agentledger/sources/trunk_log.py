@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 
 HEX_RUNS = re.compile(r"[0-9a-fA-F]+")  # in a revert's body: the SHAs it names, abbreviated or whole
 
@@ -46,6 +47,9 @@ class TrunkLog:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._eof = tip is None
+        # held while reading: ``read_all`` may run on a thread of its own (``GitRepo``
+        # reads a batch's log ahead of it), and a reader on another waits for it
+        self._reading = threading.Lock()
 
     def _start(self) -> None:
         self._proc = self.repo.stream("log", self.tip or self.repo.trunk, "--format=%H%x1f%s%x1f%B%x1e")
@@ -116,20 +120,25 @@ class TrunkLog:
             self._proc = None
 
     def close(self) -> None:
-        if self._proc is not None and not self._eof:
-            self._proc.kill()
-            self._proc.wait()  # SIGKILL: at once (a wait with a timeout polls in sleeps)
-            self._finish()
+        with self._reading:
+            if self._proc is not None and not self._eof:
+                self._proc.kill()
+                self._proc.wait()  # SIGKILL: at once (a wait with a timeout polls in sleeps)
+                self._finish()
 
-    def read_all(self) -> None:
-        while self._read_more():
-            pass
+    def read_all(self, stop: threading.Event | None = None) -> None:
+        """The whole log; ``stop`` (set by another thread) ends the reading before its next
+        chunk, and a later call reads on from there."""
+        with self._reading:
+            while (stop is None or not stop.is_set()) and self._read_more():
+                pass
 
     def position(self, sha: str) -> int | None:
-        while sha not in self.index:
-            if not self._read_more():
-                return None
-        return self.index[sha]
+        with self._reading:
+            while sha not in self.index:
+                if not self._read_more():
+                    return None
+            return self.index[sha]
 
     @property
     def shas(self) -> dict[int, str]:
