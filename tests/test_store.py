@@ -270,3 +270,75 @@ def test_background_checkpoints_keep_the_wal_from_commits(tmp_path: Path) -> Non
         cp.stop()
     assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 41
     conn.close()
+
+
+class _ResolvingEachRow:
+    """The quarantine family as it was: an UPDATE for every resolving row (the oracle)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        from agentledger.store.quarantine import QuarantineFamily
+
+        self.family = QuarantineFamily(conn)
+        self.family.resolve_many = lambda rows: conn.executemany(  # type: ignore[method-assign]
+            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", rows)
+
+
+def test_quarantine_resolves_what_an_update_of_every_row_resolves(tmp_path: Path) -> None:
+    """A transaction asks once which paths have an open problem and updates only those
+    (``store/quarantine.py``): for drawn runs of good files, problems of whole files and of
+    lines, in transactions of drawn sizes, the quarantine table is what the family that
+    updated every resolving row left, open problems and the seq that resolved each alike."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from agentledger.store.projections import Projector
+
+    paths = st.sampled_from(["iter-1.yaml", "iter-2.yaml", "a/result.json", "run/results.jsonl"])
+    step = st.tuples(st.sampled_from(["good-file", "good-run", "artifact", "bad", "bad-line", "removed"]), paths,
+                     st.integers(1, 3))
+    counter = iter(range(10**9))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.lists(step, max_size=8), max_size=6), st.sampled_from(["s1", "s2"]))
+    def check(transactions, other_source) -> None:
+        n = next(counter)
+        dumps = []
+        for k, oracle in enumerate((False, True)):
+            conn = db.connect(tmp_path / f"q{n}-{k}.sqlite")
+            seq = 0
+            for steps in transactions:
+                projector = Projector(conn, queue=False)
+                if oracle:
+                    projector.quarantine.resolve_many = _ResolvingEachRow(conn).family.resolve_many  # type: ignore
+                conn.execute("BEGIN IMMEDIATE")
+                run = []
+                for what, path, times in steps:
+                    for _ in range(times):
+                        seq += 1
+                        source = "s1" if seq % 3 else other_source
+                        if what in ("good-file", "good-run", "removed"):
+                            ev = Event("file.removed" if what == "removed" else "labels.recorded", "x", source,
+                                       f"k{seq}", {"file": path, "kind": "labels", "iteration": 1, "outcome": {}})
+                        elif what == "artifact":
+                            ev = Event("artifact.recorded", "x", source, f"k{seq}", {"path": path, "artifact": {}})
+                        else:
+                            kind = "vally" if what == "bad-line" else "record"
+                            ev = Event("source.quarantined", "x", source, f"k{seq}",
+                                       {"path": path, "kind": kind, "reason": f"bad {seq}", "line": seq})
+                        ev.seq = seq
+                        if what == "good-run":  # a run of records: resolved together
+                            run.append((seq, source, path))
+                            continue
+                        if run:
+                            projector.quarantine.resolve_many(run)
+                            run = []
+                        projector.quarantine.handlers()[ev.type](ev, ev.payload)
+                if run:
+                    projector.quarantine.resolve_many(run)
+                projector.quarantine.flush()
+                conn.execute("COMMIT")
+            dumps.append(conn.execute("SELECT * FROM quarantine ORDER BY id").fetchall())
+            conn.close()
+        assert dumps[0] == dumps[1]
+
+    check()

@@ -21,6 +21,10 @@ class QuarantineFamily:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        # source -> the paths with an open problem, read once in this transaction (a family
+        # lives for one: ``EventLog.batch``) and kept as it resolves and quarantines: the
+        # events of many good files resolve nothing, and ask no statement of their own
+        self._open: dict[str, set[str]] = {}
 
     def handlers(self) -> dict[str, Callable[[Event, dict[str, Any]], None]]:
         def by_file(ev: Event, p: dict[str, Any]) -> None:
@@ -35,16 +39,31 @@ class QuarantineFamily:
                 **dict.fromkeys(("artifact.recorded", "annotation.recorded"), by_path)}
 
     def flush(self) -> None:
-        pass
+        self._open.clear()  # (the next transaction reads them again)
+
+    def _open_paths(self, source: str) -> set[str]:
+        paths = self._open.get(source)
+        if paths is None:
+            paths = self._open[source] = {path for (path,) in self.conn.execute(
+                "SELECT DISTINCT path FROM quarantine WHERE source = ? AND resolved_seq IS NULL", (source,))}
+        return paths
 
     def resolve(self, source: str, path: str, seq: int) -> None:
         """Good content at ``path`` supersedes its open problems."""
         self.resolve_many([(seq, source, path)])
 
     def resolve_many(self, rows: list[tuple[int, str, str]]) -> None:
-        """``resolve`` for each (seq, source, path), in order."""
-        self.conn.executemany(
-            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", rows)
+        """``resolve`` for each (seq, source, path), in order: only a path with an open
+        problem is updated (the first of its rows resolves them all)."""
+        todo = []
+        for seq, source, path in rows:
+            paths = self._open_paths(source)
+            if path in paths:
+                paths.discard(path)
+                todo.append((seq, source, path))
+        if todo:
+            self.conn.executemany(
+                "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", todo)
 
     def quarantined(self, ev: Event, p: dict[str, Any]) -> None:
         if p["kind"] not in LINE_KINDS:  # a file has one open problem: its newest
@@ -54,3 +73,4 @@ class QuarantineFamily:
             " VALUES (?,?,?,?,?,?,?,?,?)",
             (ev.source, p["path"], p["kind"], p.get("line"), p.get("column"), p.get("byte_offset"),
              p["reason"], p.get("content_hash"), ev.seq))
+        self._open_paths(ev.source).add(p["path"])  # type: ignore[arg-type]
