@@ -202,33 +202,24 @@ def test_an_imported_score_never_reaches_a_sidecar_before_this_ledger_scored_it(
     assert sidecar.read_bytes() == honest
 
 
-def test_a_link_swapped_in_under_a_reader_is_never_followed_out(tmp_path: Path) -> None:
-    """A file directly in the log directory is checked with one ``lstat`` (not a link: it
-    is inside) and opened with ``O_NOFOLLOW``. An attacker swapping the name between a
-    regular file and a link out of the tree, as fast as rename allows, while it is read
-    again and again: every read is the regular file's bytes or a refusal, never the
-    target's."""
+def _swap_race(name: Path, secret: Path, honest: bytes, read) -> None:
+    """An attacker swaps ``name`` between a regular file (``honest``) and a link to
+    ``secret`` as fast as rename allows while ``read(name)`` reads it again and again:
+    every read is the regular file's bytes or a refusal (``OSError``), never the
+    target's, and both states are met."""
     import threading
 
-    from agentledger.sources import confine
-
-    root = tmp_path / "log"
-    root.mkdir()
-    secret = tmp_path / "secret.yaml"
-    secret.write_text("TOP-SECRET-MARKER\n")
-    name = root / "iter-5.yaml"
-    name.write_text("schema_version: 1\niteration: 5\n")
     stop = threading.Event()
 
     def attacker() -> None:
         k = 0
         while not stop.is_set():
             k += 1
-            staged = root / f".staged-{k}"
+            staged = name.with_name(f".staged-{k}")
             if k % 2:
                 os.symlink(secret, staged)
             else:
-                staged.write_text("schema_version: 1\niteration: 5\n")
+                staged.write_bytes(honest)
             os.rename(staged, name)
 
     thread = threading.Thread(target=attacker)
@@ -237,8 +228,7 @@ def test_a_link_swapped_in_under_a_reader_is_never_followed_out(tmp_path: Path) 
     try:
         for _ in range(3000):
             try:
-                with confine.open_within(name, root) as fh:
-                    data = fh.read()
+                data = read(name)
             except OSError:  # Outside (resolved out) or ELOOP (a link met at open)
                 refusals += 1
                 continue
@@ -247,4 +237,87 @@ def test_a_link_swapped_in_under_a_reader_is_never_followed_out(tmp_path: Path) 
     finally:
         stop.set()
         thread.join()
-    assert reads and refusals  # both states were met
+    assert reads and refusals
+
+
+def test_a_link_swapped_in_under_a_reader_is_never_followed_out(tmp_path: Path) -> None:
+    """A file directly in the log directory is checked with one ``lstat`` (not a link: it
+    is inside) and opened with ``O_NOFOLLOW``. An attacker swapping the name between a
+    regular file and a link out of the tree, as fast as rename allows, while it is read
+    again and again: every read is the regular file's bytes or a refusal, never the
+    target's."""
+    from agentledger.sources import confine
+
+    root = tmp_path / "log"
+    root.mkdir()
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("TOP-SECRET-MARKER\n")
+    name = root / "iter-5.yaml"
+    name.write_text("schema_version: 1\niteration: 5\n")
+
+    def read(path: Path) -> bytes:
+        with confine.open_within(path, root) as fh:
+            return fh.read()
+
+    _swap_race(name, secret, b"schema_version: 1\niteration: 5\n", read)
+
+
+def test_an_artifact_reached_through_a_link_out_of_the_tree_is_refused(tmp_path: Path) -> None:
+    """The repository files a record names are read only where they resolve inside the
+    repository: an artifact that is a link out of it, or under a directory that is one, is
+    refused by name and never read; a directory link that stays inside is followed; a
+    ``..`` path is no artifact at all. Nothing of the files outside reaches the ledger."""
+    gen, db, args = setup(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "task-31").mkdir(parents=True)
+    secret = "schema_version: 1\nstatus: pass\n# TOP-SECRET-MARKER\n"
+    (outside / "secret.yaml").write_text(secret)
+    (outside / "task-31" / "test.result.yaml").write_text(secret)
+    ver = gen.repo / ".agents/active/verification"
+    (ver / "task-30").mkdir(parents=True)
+    os.symlink(outside / "secret.yaml", ver / "task-30" / "test.result.yaml")  # the file is a link out
+    os.symlink(outside / "task-31", ver / "task-31")  # a directory on the way is a link out
+    (ver / "real-32").mkdir()
+    (ver / "real-32" / "test.result.yaml").write_text("schema_version: 1\nstatus: pass\n")
+    os.symlink(ver / "real-32", ver / "task-32")  # a link that stays inside the repository
+    arts = {30: ".agents/active/verification/task-30/test.result.yaml",
+            31: ".agents/active/verification/task-31/test.result.yaml",
+            32: ".agents/active/verification/task-32/test.result.yaml",
+            33: "../outside/task-31/test.result.yaml"}
+    for n, art in arts.items():
+        (gen.log / f"iter-{n}.yaml").write_text(
+            f"schema_version: 2\niteration: {n}\ntask_id: t-{n}\ncommit: deadbeef\nimpl:\n  summary: \"x\"\n"
+            f"verifiers:\n  - type: test\n    status: pass\n    result_artifact: \"{art}\"\n")
+    code, _, err = run_cli("ingest", *args)
+    assert code == 0, err
+    problems = dict(quarantine(db))
+    for n in (30, 31):
+        assert "symbolic link that leads outside" in problems[arts[n]], problems
+    assert arts[32] not in problems and arts[33] not in problems
+    with sqlite3.connect(db) as c:
+        read = dict(c.execute("SELECT path, available FROM artifacts WHERE path LIKE '%task-3%'"))
+    assert read == {arts[32]: 1}
+    text = all_text(db)
+    assert "TOP-SECRET-MARKER" not in text and str(outside) not in text
+
+
+def test_a_link_swapped_in_under_the_tailer_is_never_followed_out(tmp_path: Path) -> None:
+    """A tailed file (vally's ``run-a/results.jsonl``) is checked with ``resolve_within``
+    and read by the tailer, which opens it without following a link at its last
+    component: an attacker swapping the name between a regular file and a link out of the
+    tree as fast as rename allows never gets the target's bytes read, only the regular
+    file's or a refusal. (The tailer used to open the checked path following links.)"""
+    from agentledger.sources import confine, jsonl
+
+    root = tmp_path / "vally"
+    (root / "run-a").mkdir(parents=True)
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"TOP-SECRET-MARKER": 1}\n' * 50)
+    name = root / "run-a" / "results.jsonl"
+    name.write_bytes(synth.vally_trial_line(1))
+
+    def read(path: Path) -> bytes:
+        checked = confine.resolve_within(path, root)
+        return b"".join(line.data for batch in jsonl.tail(checked, jsonl.Position()) for line in batch.items)
+
+    _swap_race(name, secret, synth.vally_trial_line(1), read)

@@ -132,7 +132,7 @@ class Tailing:
         only this process knows. Returns the position after the last commit (None
         when nothing was done this way); the sequential reader takes the rest (the
         partial last line, a reset, an over-long line)."""
-        from ..sources import jsonl
+        from ..sources import confine, jsonl
 
         try:
             if os.stat(path).st_size - pos.offset < parallel_tail_min_bytes():
@@ -165,7 +165,8 @@ class Tailing:
             if shown:
                 shown(chunk.end)
 
-        with no_cyclic_gc(), open(path, "rb") as fh, store.bulk_commits(self.ctx.conn) as last_commit_follows:
+        with (no_cyclic_gc(), confine.open_checked(path) as fh,
+              store.bulk_commits(self.ctx.conn) as last_commit_follows):
             held = None  # each result is committed once the next one is in: the last is known
             for result in parallel.imap_bounded(_tail_chunk_job, jobs):
                 if held is not None:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .confine import open_checked
+
 log = logging.getLogger("agentledger")
 FINGERPRINT_BYTES = 4096
 CHUNK = 1 << 20
@@ -161,7 +163,7 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
     """Batches of complete lines from ``pos`` on; stops at a partial line or end of file
     (an open last line that ``complete`` accepts is taken: see the module's notes).
     Raises ``OSError`` when the file cannot be opened (missing, a directory, …)."""
-    with open(path, "rb", buffering=CHUNK) as fh:
+    with open_checked(path, CHUNK) as fh:
         st = os.fstat(fh.fileno())
         stat = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         reset = None
@@ -219,7 +221,7 @@ def plan(path: str | os.PathLike, pos: Position, *, min_bytes: int, block: int =
     chunk ends at the last newline of its block, found by reading only the block's
     last 64 KiB; line numbers are counted by the workers, so this process never
     reads the data twice."""
-    with open(path, "rb") as fh:
+    with open_checked(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         if pos.offset > size or size - pos.offset < min_bytes or not _same_prefix(fh, pos.fingerprint):
             return
@@ -248,7 +250,7 @@ def chunk_lines(path: str | os.PathLike, chunk: Chunk, *, max_line_bytes: int,
     """The lines of one planned chunk, streamed, numbered from ``line_base`` (workers do
     not know it: 0). A chunk ends at a newline, so every line in it is complete (a
     file changed since it was planned is caught by the fingerprint at the next read)."""
-    with open(path, "rb", buffering=CHUNK) as fh:
+    with open_checked(path, CHUNK) as fh:
         fh.seek(chunk.start)
         yield from _lines(fh, chunk.start, line_base, max_line_bytes + 1, chunk.end)
 
