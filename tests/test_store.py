@@ -272,15 +272,11 @@ def test_background_checkpoints_keep_the_wal_from_commits(tmp_path: Path) -> Non
     conn.close()
 
 
-class _ResolvingEachRow:
-    """The quarantine family as it was: an UPDATE for every resolving row (the oracle)."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        from agentledger.store.quarantine import QuarantineFamily
-
-        self.family = QuarantineFamily(conn)
-        self.family.resolve_many = lambda rows: conn.executemany(  # type: ignore[method-assign]
-            "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", rows)
+def _update_each_row(conn: sqlite3.Connection):
+    """The quarantine family's ``resolve_many`` as it was: an UPDATE for every resolving
+    row (the oracle)."""
+    return lambda rows: conn.executemany(
+        "UPDATE quarantine SET resolved_seq = ? WHERE source = ? AND path = ? AND resolved_seq IS NULL", rows)
 
 
 def test_quarantine_resolves_what_an_update_of_every_row_resolves(tmp_path: Path) -> None:
@@ -309,7 +305,7 @@ def test_quarantine_resolves_what_an_update_of_every_row_resolves(tmp_path: Path
             for steps in transactions:
                 projector = Projector(conn, queue=False)
                 if oracle:
-                    projector.quarantine.resolve_many = _ResolvingEachRow(conn).family.resolve_many  # type: ignore
+                    projector.quarantine.resolve_many = _update_each_row(conn)  # type: ignore[method-assign]
                 conn.execute("BEGIN IMMEDIATE")
                 run = []
                 for what, path, times in steps:

@@ -28,8 +28,9 @@ class Outside(OSError):
 
 
 def resolve_within(path: Path, root: Path) -> Path:
-    """``path`` with every symbolic link resolved, or Outside when that is not
-    inside ``root`` (itself resolved: a configured directory may be a link).
+    """``path`` as it is to be opened: itself when no component below ``root`` is a link,
+    else with every link resolved; Outside when that is not inside ``root`` (itself
+    resolved: a configured directory may be a link).
 
     A path under ``root`` none of whose components below it is a link (most of what a
     scan reads: the log directory's own files, the repository's artifacts) is inside it
