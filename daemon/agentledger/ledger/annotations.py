@@ -83,9 +83,13 @@ class Annotations:
                 src.id, rel, None, f"{st.st_size} bytes, over the max_file_bytes limit ({limit})", None,
                 f"annotation|{src.id}|{rel}|{sha}|{prev[4] if prev else '-'}")]
             return rel, sig, sha, events
-        try:
-            with open(path, "rb") as fh:
+        from ..sources import confine
+
+        try:  # inside the tree, and no link swapped in since the lstat above
+            with confine.open_within(path, src.path) as fh:
                 data = fh.read(limit + 1)
+        except confine.Outside:
+            return None  # (a link out, as the lstat would have found it)
         except OSError as exc:
             report.errors.append(f"{path}: {exc.strerror or exc}")
             return None
