@@ -321,3 +321,74 @@ def test_a_link_swapped_in_under_the_tailer_is_never_followed_out(tmp_path: Path
         return b"".join(line.data for batch in jsonl.tail(checked, jsonl.Position()) for line in batch.items)
 
     _swap_race(name, secret, synth.vally_trial_line(1), read)
+
+
+def test_a_link_swapped_in_under_the_annotations_reader_is_never_followed_out(tmp_path: Path) -> None:
+    """An annotated trajectory is a regular file by ``lstat`` before it is read; a link
+    renamed over it between that look and the read, or a directory on its way that leads
+    out of the tree, is never followed: the reader gets the honest file's events or none.
+    (It used to open the path following links.)"""
+    from agentledger.config import AnnotationSource, Config, StoreConfig
+    from agentledger.ledger import Ledger
+    from agentledger.ledger.outcome import Outcome
+
+    root = tmp_path / "annotations"
+    root.mkdir()
+    honest = synth.annotation("t-honest").encode()
+    secret = tmp_path / "secret.md"
+    secret.write_text(synth.annotation("TOP-SECRET-MARKER"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "b.md").write_text(synth.annotation("TOP-SECRET-MARKER"))
+    os.symlink(tmp_path / "elsewhere", root / "away")
+    name = root / "a.md"
+    name.write_bytes(honest)
+    src = AnnotationSource(root)
+    ledger = Ledger(Config(store=StoreConfig(path=tmp_path / "l.sqlite"), annotations=(src,)))
+    try:
+        assert ledger.annotations._look(src, "away/b.md", None, Outcome()) is None  # a directory link out
+
+        def read(path: Path) -> bytes:
+            found = ledger.annotations._look(src, path.name, None, Outcome())
+            if found is None:
+                raise OSError("not read")
+            return json.dumps([ev.payload for ev in found[3]]).encode()
+
+        _swap_race(name, secret, honest, read)
+    finally:
+        ledger.close()
+
+
+def test_a_link_to_a_device_or_a_fifo_planted_at_a_sidecar_never_holds_up_a_scan(tmp_path: Path) -> None:
+    """A scan compares each sidecar it does not know with the ledger's bytes by reading it.
+    A link to ``/dev/zero`` planted at one (an endless read) and a FIFO at another (an open
+    that waits for a writer) are not the ledger's files: they are neither followed nor
+    opened to wait, the scan ends and says each path, and every other sidecar is kept."""
+    gen, db, args = setup(tmp_path)
+    link, fifo = gen.log / "iter-5.score.yaml", gen.log / "iter-6.score.yaml"
+    kept = (gen.log / "iter-7.score.yaml").read_bytes()
+    link.unlink()
+    os.symlink("/dev/zero", link)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    proc = cli_subprocess("ingest", *args, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert str(link) in proc.stderr and str(fifo) in proc.stderr
+    assert os.path.islink(link) and os.readlink(link) == "/dev/zero"
+    assert (gen.log / "iter-7.score.yaml").read_bytes() == kept
+
+
+def test_a_fifo_named_like_a_tailed_file_never_holds_up_a_scan(tmp_path: Path) -> None:
+    """A FIFO named ``results.jsonl`` (an open that waits for a writer, for good) is opened
+    without waiting and refused as no regular file: the scan ends, says its path and
+    ingests the other runs."""
+    runs = tmp_path / "vally"
+    (runs / "run-a").mkdir(parents=True)
+    (runs / "run-b").mkdir()
+    os.mkfifo(runs / "run-a" / "results.jsonl")
+    (runs / "run-b" / "results.jsonl").write_bytes(synth.vally_trial_line(1))
+    db = tmp_path / "l.sqlite"
+    proc = cli_subprocess("ingest", "--vally", str(runs), "--db", str(db), timeout=120)
+    assert proc.returncode == 1 and str(runs / "run-a" / "results.jsonl") in proc.stderr, proc.stderr
+    assert "not a regular file" in proc.stderr
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM trials").fetchone()[0] == 1

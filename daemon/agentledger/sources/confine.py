@@ -15,6 +15,7 @@ bytes (``bounded``): parser messages quote what they choke on.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -74,12 +75,18 @@ def open_within(path: Path, root: Path):
 def open_checked(path: str | os.PathLike, buffering: int = -1):
     """A path ``resolve_within`` returned, opened for reading without following a link
     at its last component: a link swapped in after the check is refused (``ELOOP``), not
-    followed out of the tree. Every reader of a source's files opens them so."""
-    return open(path, "rb", buffering=buffering, opener=_no_follow)
+    followed out of the tree; and only a regular file (a FIFO is opened without waiting
+    for a writer, then refused: one named ``results.jsonl`` held a scan up for good).
+    Every reader of a source's files opens them so."""
+    fh = open(path, "rb", buffering=buffering, opener=_no_follow)
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise OSError(errno.EINVAL, "not a regular file; not read")
+    return fh
 
 
 def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # not \t, \n
