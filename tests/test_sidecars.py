@@ -286,3 +286,26 @@ def test_a_directory_put_at_the_target_during_a_write_is_put_back(tmp_path: Path
     assert target.is_dir() and (target / "inside").read_text() == "keep"
     assert [p.name for p in tmp_path.iterdir()] == [names[0]]
     shutil.rmtree(target)
+
+
+def test_a_fifo_swapped_out_by_a_bulk_write_is_never_waited_on(tmp_path: Path) -> None:
+    """A bulk write swaps its new file into place (``renameat2(RENAME_EXCHANGE)``) and keeps
+    what it swapped out for the next write, opening it for writing. When that is a FIFO
+    planted at the sidecar's path after the writer looked (an open for writing waits for a
+    reader), it is opened without waiting, not kept, and removed: the run goes on."""
+    import threading
+
+    from agentledger.output.spare import Spares
+
+    fifo = tmp_path / ".agentledger-tmp-x"
+    os.mkfifo(fifo)
+    with Spares() as spares:
+        keeper = threading.Thread(target=spares._keep, args=(str(tmp_path), str(fifo)))
+        keeper.start()
+        keeper.join(10)
+        stuck = keeper.is_alive()
+        if stuck:  # the old open waits for a reader: give it one, so that no thread outlives the test
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            keeper.join()
+        assert not stuck
+        assert spares.take(str(tmp_path)) is None and not fifo.exists()

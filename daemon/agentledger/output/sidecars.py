@@ -234,7 +234,8 @@ def write_atomic(path: Path | str, data: bytes, *, durable: bool = True, compare
             raise SidecarRefused(f"{path}: not a regular file (symlink or other); refusing to write")
         if compare and st.st_size == len(data):
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                # (not waiting: a FIFO swapped in since the lstat above has no writer)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
                 with os.fdopen(fd, "rb") as fh:
                     if fh.read() == data:
                         if seen is not None:  # what was read is what this file holds

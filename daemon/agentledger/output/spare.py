@@ -104,7 +104,8 @@ class Spares:
         fd = -1
         try:
             if self.leases and directory not in self._held:
-                fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                # (not waiting: a FIFO swapped in at the target since its lstat has no reader)
+                fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
                 st = os.fstat(fd)
                 if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid():
                     try:
