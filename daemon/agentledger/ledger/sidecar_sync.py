@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import sqlite3
-import stat
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..config import IterationLogSource
 from ..output import sidecars
 from ..output.spare import Spares
 from ..process import parallel
+from ..sources import confine
 from ..store import db as store
 from ..store.projections import session_document, session_rows
 from ..store.scores import STORED_SQL, render_stored, stored_job
@@ -407,17 +407,11 @@ def disk_sha(path: Path | str) -> str | None:
     """The sha256 of the regular file at ``path``; None when there is none the ledger could
     have written: gone, a link (not followed: one to ``/dev/zero`` would be read without
     end), a FIFO or device (opened without waiting for a writer) or larger than any
-    sidecar. The writer then refuses or replaces it."""
+    sidecar. The writer then refuses or replaces it. (Opened as every source file is:
+    ``confine.open_checked``.)"""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with confine.open_checked(path) as fh:
+            data = fh.read(SIDECAR_MAX + 1)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > SIDECAR_MAX:
-                return None
-            data = fh.read(SIDECAR_MAX + 1)
-        except OSError:
-            return None
     return sidecars.sha256(data) if len(data) <= SIDECAR_MAX else None
