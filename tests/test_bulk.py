@@ -393,9 +393,10 @@ def test_a_payloads_text_is_the_encoders(rows, pairs, iteration, version, scored
                                          window) -> None:
     """The score payload's text, written field by field (``payload_json``), is what the JSON
     encoder makes of the payload's dict, and its ``signals`` what ``signals_of`` makes of
-    its breakdown: integers where floats are expected, non-finite numbers, negative zeros,
+    its breakdown; the sidecar made from its rows' texts (``sidecar_bytes``) is the
+    renderer's: integers where floats are expected, non-finite numbers, negative zeros,
     repeated signals and odd strings included."""
-    from agentledger.ledger.score_job import payload_json
+    from agentledger.ledger.score_job import payload_json, sidecar_bytes
     from agentledger.scoring.combine import IntegrityPair, Score
     from agentledger.store.events import canonical_json
     from agentledger.store.scores import signals_of
@@ -403,8 +404,14 @@ def test_a_payloads_text_is_the_encoders(rows, pairs, iteration, version, scored
     s = Score(iteration, version, scored, value, band, tuple(BreakdownRow(*r) for r in rows),
               tuple(IntegrityPair(*p) for p in pairs), linked)
     payload = score_payload(s, "sha256:d", marker, "sha256:k", window)
-    assert payload_json(s, "sha256:d", marker, "sha256:k", window) == (canonical_json(payload),
-                                                                       signals_of(payload["breakdown"]))
+    want = render_iteration(s.iteration, s.rubric_version, s.scored, float(s.value), s.band, s.breakdown,
+                            bool(marker and s.linked_traces))
+    for _ in range(2):  # the second time, rows come from the lookups (1, 1.0 and True, 0.0 and -0.0 kept apart)
+        texts: list[str] = []
+        assert payload_json(s, "sha256:d", marker, "sha256:k", window, texts) == (canonical_json(payload),
+                                                                                  signals_of(payload["breakdown"]))
+        assert texts == [canonical_json(r) for r in payload["breakdown"]]
+        assert sidecar_bytes(s, texts, marker) == want
 
 
 @settings(max_examples=300, deadline=None)

@@ -27,11 +27,9 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] 
     if digest == prev:
         return None
     s = score(rubrics.load(version), g.inputs())
-    text, signals = payload_json(s, digest, marker, key, g.window)
-    # the bytes ``render_score_payload(payload)`` gives (what a rebuild renders from the
-    # stored event), from the score itself: its floats are the payload's before encoding
-    data = sidecars.render_iteration(s.iteration, s.rubric_version, s.scored, float(s.value), s.band, s.breakdown,
-                                     linked_traces_marker=bool(marker and s.linked_traces))
+    rows: list[str] = []
+    text, signals = payload_json(s, digest, marker, key, g.window, rows)
+    data = sidecar_bytes(s, rows, marker)
     # the whole payload crosses back as its JSON text; as a dict only what the score's
     # projection reads (unpickling the whole dict cost the committing process ~37 us a score)
     head = {"iteration": s.iteration, "rubric_version": s.rubric_version, "inputs_hash": digest, "inputs_key": key,
@@ -39,6 +37,17 @@ def score_job(job: tuple) -> tuple[dict, str, str, bytes, str, str, str | None] 
             "sidecar": sidecars.iteration_sidecar_name(s.iteration)}  # the payload's fields but its lists
     projected = {k: head[k] for k in PROJECTED}
     return (projected, text, content_hash(text.encode("utf-8")), data, sidecars.sha256(data), signals, replaces)
+
+
+def sidecar_bytes(s: Score, rows: list[str], marker: bool) -> bytes:
+    """The bytes ``render_score_payload(payload)`` gives (what a rebuild renders from the
+    stored event), from the score itself (its floats are the payload's before encoding),
+    each breakdown row's lines looked up by the row's JSON text (``rows``, from
+    ``payload_json``), as a bulk sync looks up a stored row's (``store.scores.render_stored``)."""
+    return sidecars.render_iteration_rows(
+        s.iteration, s.rubric_version, s.scored, float(s.value), s.band,
+        [sidecars.ROWS.get(t) or sidecars.remember_row(t, sidecars.row_text(r)) for t, r in zip(rows, s.breakdown)],
+        linked_traces_marker=bool(marker and s.linked_traces))
 
 
 # -- the payload's JSON text, written directly ---------------------------------------
@@ -71,17 +80,48 @@ def _value(v: SignalValue) -> str:
     return f'{{"present":{_bool(v.present)},"sub_score":{_num(v.sub_score)},"detail":{_str(v.detail)}}}'
 
 
-def payload_json(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None) -> tuple[str, str]:
+def _row_json(r) -> str:
+    return (f'{{"signal":{_str(r.signal)},"label":{_str(r.label)},"present":{_bool(r.present)},'
+            f'"sub_score":{_num(r.sub_score)},"detail":{_str(r.detail)},"nominal_weight":{_num(r.nominal_weight)},'
+            f'"effective_weight":{_num(r.effective_weight)},"contribution":{_num(r.contribution)}}}')
+
+
+# Breakdown rows' JSON texts by the row's fields: rows repeat (~60 % of a pass's rows are
+# one seen before). Only a row of the types the scorer makes (no int or bool among its
+# numbers: 1, 1.0 and True are one key and three texts) and no negative zero is kept.
+_ROW_JSON: dict[tuple, str] = {}
+_ROW_JSON_KEPT = 32768
+
+
+def _row_json_of(r) -> str:
+    sub, nw, ew, c = r.sub_score, r.nominal_weight, r.effective_weight, r.contribution
+    if not (type(sub) is type(nw) is type(ew) is type(c) is float and type(r.present) is bool
+            and type(r.signal) is type(r.label) is type(r.detail) is str) \
+            or 0.0 in (sub, nw, ew, c) and sidecars.negative_zero(r):
+        return _row_json(r)
+    key = (r.signal, r.label, r.present, sub, r.detail, nw, ew, c)
+    text = _ROW_JSON.get(key)
+    if text is None:
+        if len(_ROW_JSON) >= _ROW_JSON_KEPT:
+            _ROW_JSON.clear()
+        text = _ROW_JSON[key] = _row_json(r)
+    return text
+
+
+def payload_json(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None,
+                 rows: list[str] | None = None) -> tuple[str, str]:
     """The ``score.computed`` payload's JSON text and the score's ``signals`` column
-    (``store.scores.signals_of`` of its breakdown), written directly."""
-    rows, signals = [], {}
+    (``store.scores.signals_of`` of its breakdown), written directly; ``rows``, when
+    given, gets each breakdown row's JSON text."""
+    if rows is None:
+        rows = []
+    signals = {}
     for r in s.breakdown:
-        sub = _num(r.sub_score)
-        rows.append(f'{{"signal":{_str(r.signal)},"label":{_str(r.label)},"present":{_bool(r.present)},'
-                    f'"sub_score":{sub},"detail":{_str(r.detail)},"nominal_weight":{_num(r.nominal_weight)},'
-                    f'"effective_weight":{_num(r.effective_weight)},"contribution":{_num(r.contribution)}}}')
-        if r.present and type(r.sub_score) in (int, float) and sub[0] != '"':  # a non-finite one is a tag: left out
-            signals[r.signal] = r.sub_score
+        rows.append(_row_json_of(r))
+        sub = r.sub_score
+        # a non-finite sub-score is written as a tag: left out
+        if r.present and (type(sub) is int or type(sub) is float and sub - sub == 0.0):
+            signals[r.signal] = sub
     pairs = [f'{{"signal":{_str(p.signal)},"role":{_str(p.role)},"claimed":{_value(p.claimed)},'
              f'"observed":{_value(p.observed)},"comparable":{_bool(p.comparable)},"delta":{_num(p.delta)}}}'
              for p in s.integrity]

@@ -11,7 +11,7 @@ from ..model import Record, maker
 from .breakdown import Row
 from .inputs import ScoringInputs
 from .rubric import Rubric
-from .signals import MEASURES, SignalValue, absent, present, scope_objective, scope_self_reported
+from .signals import MEASURES, SignalValue, absent, present, scope, scope_objective, scope_self_reported
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,13 @@ def combine(rubric: Rubric, values: dict[str, SignalValue]) -> tuple[bool, float
 
 
 def score(rubric: Rubric, x: ScoringInputs) -> Score:
-    values = {sid: MEASURES[sid](x) for sid in rubric.ids}
+    objective = scope_objective(x)  # the scope signal's and the integrity track's (its dearest part)
+    values = {sid: MEASURES[sid](x) if sid != "scope" else scope(x, objective) for sid in rubric.ids}
     scored, value, band, rows = combine(rubric, values)
     for sid in ("landed", "verifier", "tests"):  # the integrity track needs these in any rubric
         if sid not in values:
             values[sid] = MEASURES[sid](x)
-    return _score(x.record.iteration, rubric.version, scored, value, band, rows, integrity(x, values),
+    return _score(x.record.iteration, rubric.version, scored, value, band, rows, integrity(x, values, objective),
                   any(v.linked_traces for v in x.record.verifiers))
 
 
@@ -103,7 +104,8 @@ def diligence_claimed(r: Record) -> SignalValue:
     return present(1.0, "linked traces recorded") if linked else present(0.0, "no linked traces recorded")
 
 
-def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None) -> tuple[IntegrityPair, ...]:
+def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None,
+              objective: SignalValue | None = None) -> tuple[IntegrityPair, ...]:
     r = x.record
     v = values or {}
     verifier_v = v.get("verifier") or MEASURES["verifier"](x)
@@ -111,7 +113,7 @@ def integrity(x: ScoringInputs, values: dict[str, SignalValue] | None = None) ->
         ("landed", "impl", landed_claimed(r), v.get("landed") or MEASURES["landed"](x)),
         ("verifier", "verifier", diligence_claimed(r), verifier_v),
         ("tests", "impl", v.get("tests") or MEASURES["tests"](x), verifier_v),
-        ("scope", "impl", scope_self_reported(x), scope_objective(x)),
+        ("scope", "impl", scope_self_reported(x), objective or scope_objective(x)),
     )
     out = []
     for signal, role, claimed, observed in pairs:

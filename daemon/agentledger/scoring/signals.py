@@ -175,8 +175,11 @@ def scope_self_reported(x: ScoringInputs) -> SignalValue:
     return absent("unrecognized free-text scope_note")
 
 
-def scope(x: ScoringInputs) -> SignalValue:
-    objective = scope_objective(x)
+def scope(x: ScoringInputs, objective: SignalValue | None = None) -> SignalValue:
+    """``objective``: ``scope_objective(x)`` when the caller has it (the integrity track
+    needs it too: ``combine.score`` computes it once)."""
+    if objective is None:
+        objective = scope_objective(x)
     return objective if objective.present else scope_self_reported(x)
 
 
