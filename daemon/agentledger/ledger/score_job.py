@@ -8,7 +8,7 @@ from __future__ import annotations
 from json.encoder import encode_basestring
 
 from ..jsonnum import encode_float
-from ..output import sidecars
+from ..output import score_rows, sidecars
 from ..scoring import rubric as rubrics
 from ..scoring.combine import Score, score
 from ..scoring.signals import SignalValue
@@ -46,7 +46,7 @@ def sidecar_bytes(s: Score, rows: list[str], marker: bool) -> bytes:
     ``payload_json``), as a bulk sync looks up a stored row's (``store.scores.render_stored``)."""
     return sidecars.render_iteration_rows(
         s.iteration, s.rubric_version, s.scored, float(s.value), s.band,
-        [sidecars.ROWS.get(t) or sidecars.remember_row(t, sidecars.row_text(r)) for t, r in zip(rows, s.breakdown)],
+        [score_rows.ROWS.get(t) or score_rows.remember_row(t, score_rows.row_text(r)) for t, r in zip(rows, s.breakdown)],
         linked_traces_marker=bool(marker and s.linked_traces))
 
 
@@ -97,7 +97,7 @@ def _row_json_of(r) -> str:
     sub, nw, ew, c = r.sub_score, r.nominal_weight, r.effective_weight, r.contribution
     if not (type(sub) is type(nw) is type(ew) is type(c) is float and type(r.present) is bool
             and type(r.signal) is type(r.label) is type(r.detail) is str) \
-            or 0.0 in (sub, nw, ew, c) and sidecars.negative_zero(r):
+            or 0.0 in (sub, nw, ew, c) and score_rows.negative_zero(r):
         return _row_json(r)
     key = (r.signal, r.label, r.present, sub, r.detail, nw, ew, c)
     text = _ROW_JSON.get(key)

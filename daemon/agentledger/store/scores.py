@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..jsonnum import decode_float
-from ..output import sidecars
+from ..output import score_rows, sidecars
 from .events import CURRENT, Event, canonical_json, upcast
 from .sessions import SessionFamily, real
 
@@ -60,7 +60,7 @@ def render_stored(job: tuple) -> tuple[str, bytes]:
     """A ``stored_job`` -> (path, its sidecar's bytes), as ``render_score_payload``
     renders them: a bulk sync (a switch back to a rubric the ledger holds, a rebuild)
     renders in the worker processes. Each row is looked up by its stored JSON text
-    (``sidecars.ROWS``: a row with -0.0 is another text than one with 0.0) and decoded
+    (``score_rows.ROWS``: a row with -0.0 is another text than one with 0.0) and decoded
     only when new. A job of (path, bytes) (the ``score_sidecars`` row) is its own answer."""
     if len(job) == 2:
         return job
@@ -74,8 +74,8 @@ def render_stored(job: tuple) -> tuple[str, bytes]:
         parts.sort(key=lambda part: int(part[0]))
     texts = []
     for _, _, row in parts:
-        texts.append(sidecars.ROWS.get(row) or sidecars.remember_row(
-            row, sidecars.row_text(_breakdown_rows({"breakdown": [json.loads(row)]})[0])))
+        texts.append(score_rows.ROWS.get(row) or score_rows.remember_row(
+            row, score_rows.row_text(_breakdown_rows({"breakdown": [json.loads(row)]})[0])))
     return path, sidecars.render_iteration_rows(
         p["iteration"], p["rubric_version"], p["scored"], decode_float(p["value"]), p["band"], texts,
         bool(p["marker"] and p["linked_traces"]))
