@@ -12,6 +12,7 @@ service's config fails loudly at start instead of being silently ignored.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -37,8 +38,10 @@ class _Named:
     path: Path
     name: str
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
+        # asked ~10 times an iteration in a pass (kept in the instance's ``__dict__``: not a
+        # field, so neither equality nor ``replace`` sees it)
         return str(self.path)
 
     @property
