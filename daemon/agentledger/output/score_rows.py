@@ -95,5 +95,3 @@ def _number(x: float) -> str:
 
 
 _YAML_NONFINITE = {"NaN": ".nan", "+Inf": ".inf", "-Inf": "-.inf"}
-
-

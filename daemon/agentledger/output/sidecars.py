@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import math
 import os
 import re
 import stat
