@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..store.db import read_state
 from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, count, read_only, table
 
 
@@ -81,10 +82,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("--a and --b select the same cohort; give B a different selector, e.g. --b rubric=3.0.0")
     cfg, conn = read_only(args)
     try:
-        row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
         only = (_git_units(cfg, conn, a.get("git")), _git_units(cfg, conn, b.get("git")))
         priced = args.kind != "annotations" and (not args.metric or "cost_usd" in args.metric)
-        result = compare(conn, args.kind, a, b, active=row[0] if row else None, metrics=args.metric or None,
+        result = compare(conn, args.kind, a, b, active=read_state(conn, "active_rubric"), metrics=args.metric or None,
                          paired=args.paired, alpha=args.alpha, seed=args.seed, only=only,
                          prices=_prices(cfg) if priced else None,  # pricing every unit only when its cost is asked for
                          transcripts=_transcripts(cfg))
@@ -116,8 +116,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     cfg, conn = read_only(args)
     try:
         if args.kind == "iterations":
-            row = conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone()
-            lines = iteration_costs(conn, _prices(cfg), args.by, row[0] if row else "", _transcripts(cfg))
+            lines = iteration_costs(conn, _prices(cfg), args.by, read_state(conn, "active_rubric") or "",
+                                    _transcripts(cfg))
         else:
             lines = trial_costs(conn, _prices(cfg), args.by, args.run)
     finally:

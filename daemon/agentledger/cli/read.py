@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 
+from ..store.db import read_state
 from .common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -75,10 +76,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     last = conn.execute("SELECT seq, type, recorded_at, source_path FROM events ORDER BY seq DESC LIMIT 1").fetchone()
     data = {
         "store": str(cfg.store.path),
-        "active_rubric": one("SELECT value FROM ledger_state WHERE key = 'active_rubric'"),
+        "active_rubric": read_state(conn, "active_rubric"),
         "configured_rubric": cfg.scoring.rubric,
-        "configured_rubric_seen": one("SELECT value FROM ledger_state WHERE key = 'configured_rubric'"),
-        "backfill_in_progress": one("SELECT value FROM ledger_state WHERE key = 'backfill'") is not None,
+        "configured_rubric_seen": read_state(conn, "configured_rubric"),
+        "backfill_in_progress": read_state(conn, "backfill") is not None,
         "events": one("SELECT count(*) FROM events"),
         "iterations": one("SELECT count(*) FROM iterations"),
         "scores": {r[0]: r[1] for r in conn.execute(

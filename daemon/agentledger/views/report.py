@@ -47,9 +47,10 @@ class Data:
 
 def gather(conn: sqlite3.Connection, *, since: str | None = None, session: str | None = None) -> Data:
     from ..scoring import rubric as rubrics
+    from ..store.db import read_state  # the local ledger's (the team report renders from its own tables)
 
     d = Data(session=session, since=since)
-    d.rubric = (conn.execute("SELECT value FROM ledger_state WHERE key = 'active_rubric'").fetchone() or [""])[0]
+    d.rubric = read_state(conn, "active_rubric") or ""
     if d.rubric:
         active = rubrics.load(d.rubric)
         d.bands = [(n, lo) for n, lo in active.bands if lo > float("-inf")]
