@@ -9,6 +9,7 @@ import stat
 from collections.abc import Iterable
 
 from ..config import AnnotationSource
+from ..sources import confine
 from ..store import db as store
 from ..store.log import FileCheckpoint
 from . import commit
@@ -83,8 +84,6 @@ class Annotations:
                 src.id, rel, None, f"{st.st_size} bytes, over the max_file_bytes limit ({limit})", None,
                 f"annotation|{src.id}|{rel}|{sha}|{prev[4] if prev else '-'}")]
             return rel, sig, sha, events
-        from ..sources import confine
-
         try:  # inside the tree, and no link swapped in since the lstat above
             with confine.open_within(path, src.path) as fh:
                 data = fh.read(limit + 1)

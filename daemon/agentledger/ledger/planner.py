@@ -103,11 +103,8 @@ class Planner:
                     # against: that move builds it from the tables, ~0.1 s at 10,000 a one-off
                     # command would never use)
                     self.facts.pop(src.id, None)
-                    rows = conn.execute("SELECT iteration, commit_ref FROM iterations WHERE source = ?",
-                                        (src.id,)).fetchall()
-                    res = repo.resolve([r[1] for r in rows])
-                    self.ends[src.id] = Ends({it: iso_ns(res[c].commit_time) for it, c in rows})
-                    out |= {it for it, _ in rows}
+                    self.ends.pop(src.id, None)
+                    out |= set(self._commit_times(src, repo, set()).at)
                 elif cached is None:
                     rows = conn.execute(
                         "SELECT iteration, commit_ref, json_extract(record, '$.impl.summary') FROM iteration_records"
