@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -232,6 +235,62 @@ def test_python_m_and_console_script(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("agentledger ")
     proc = cli_subprocess("status", "--json", "--db", str(empty_ledger(tmp_path / "l.sqlite")))
     assert proc.returncode == 0 and json.loads(proc.stdout)["events"] == 0
+
+
+_EXIT_PROBE = """
+import atexit, os, sys
+_here = os.path.dirname(os.path.abspath(__file__))
+
+def _handler():
+    with open(os.path.join(_here, "exit-handler-ran"), "a") as f:
+        f.write("x")
+
+atexit.register(_handler)
+# the interpreter's teardown announces itself to audit hooks as it clears the interpreter
+_fd = os.open(os.path.join(_here, "torn-down"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+def _audit(event, args, _write=os.write, _fd=_fd):
+    if event in ("cpython.PyInterpreterState_Clear", "cpython._PySys_ClearAuditHooks"):
+        _write(_fd, b"x")
+
+sys.addaudithook(_audit)
+"""
+
+
+def test_a_command_ends_without_the_teardown_but_with_its_exit_handlers_and_all_its_output(tmp_path: Path) -> None:
+    """``__main__.leave``: the process ends once the command returns, without freeing every
+    module (the teardown's audit event never comes), yet every exit handler runs,
+    the exit code is the command's and all of a large output reaches a pipe. While another
+    thread runs, it leaves the exit to the interpreter, which waits for that thread."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_EXIT_PROBE)
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")]))}
+    db = empty_ledger(tmp_path / "l.sqlite")
+    rows = 200_000  # a few MB of JSON: many times a pipe's buffer
+    sql = f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows}) SELECT i FROM n"
+    proc = cli_subprocess("query", sql, "--json", "--db", str(db), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["i"] for r in json.loads(proc.stdout)] == list(range(1, rows + 1))
+    assert (probe / "exit-handler-ran").read_text() == "x" and (probe / "torn-down").read_text() == ""
+
+    (probe / "exit-handler-ran").unlink()
+    proc = cli_subprocess("query", "SELECT * FROM no_such_table", "--db", str(db), env=env)
+    assert proc.returncode not in (0, None) and "no_such_table" in proc.stderr
+    assert (probe / "exit-handler-ran").read_text() == "x" and (probe / "torn-down").read_text() == ""
+
+    (probe / "exit-handler-ran").unlink()
+    script = ("import threading, agentledger.__main__ as m\n"
+              "done = threading.Event()\n"
+              "t = threading.Thread(target=done.wait)\n"
+              "t.start()\n"
+              "m.leave(5)\n"
+              "print('left to the interpreter', flush=True)\n"
+              "done.set()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0 and proc.stdout == "left to the interpreter\n", proc.stderr
+    assert (probe / "exit-handler-ran").read_text() == "x" and (probe / "torn-down").read_text() != ""
 
 
 def test_score_path_imports_stay_lean(tmp_path: Path, empty_repo) -> None:
