@@ -910,6 +910,51 @@ def test_a_quiet_scan_keeps_a_mark_the_next_scan_trusts_only_while_nothing_moved
 
 
 
+def test_a_trusted_scan_reads_the_artifacts_checkpoints_through_their_index_and_finds_a_moved_one(
+        tmp_path: Path) -> None:
+    """A scan whose mark vouches for the log directory still compares each artifact with
+    its checkpoint: it reads exactly the artifacts' and plans' checkpoints, through
+    migration 0027's partial index (a full scan of the source's checkpoints otherwise),
+    and an artifact edited in place is read again, its iteration rescored."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 60, seed=11)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "--json"]
+    assert run_cli("ingest", *args)[0] == 0
+    src = make_source(str(gen.log), str(gen.repo))
+    led = Ledger(Config(store=StoreConfig(path=db), iteration_logs=(src,)))
+    try:
+        statements: list[str] = []
+        led.conn.set_trace_callback(statements.append)
+        arts = led.iterlogs._known(src, with_logs=False)[2]
+        led.conn.set_trace_callback(None)
+        read = [s for s in statements if "FROM source_checkpoints" in s]
+        assert len(read) == 1
+        plan = " ".join(r[3] for r in led.conn.execute("EXPLAIN QUERY PLAN " + read[0]))
+        assert "USING INDEX checkpoints_of_artifacts" in plan, plan
+        every = {r[0]: tuple(r[1:]) for r in led.conn.execute(
+            "SELECT path, dev, ino, size, mtime_ns FROM source_checkpoints NOT INDEXED WHERE source = ?"
+            " AND kind IN ('verifier_result', 'review_decision', 'tasks') AND content_hash IS NOT NULL"
+            " AND content_hash <> '' AND content_hash NOT LIKE 'error:%'", (src.id,))}
+        assert arts == every and len(every) > 5
+    finally:
+        led.close()
+
+    _settled(gen.log)
+    assert json.loads(run_cli("ingest", *args)[1])["files_read"] == 0  # quiet: a mark is kept
+    _settled(gen.log)
+    rel = next(p for p in every if "/verification/" in p)
+    artifact = gen.repo / rel
+    text = artifact.read_text()
+    edited = text.replace("pass", "fail", 1) if "pass" in text else text.replace("fail", "pass", 1)
+    assert edited != text
+    artifact.write_text(edited)
+    out = json.loads(run_cli("ingest", *args)[1])
+    assert out["files_read"] == 1 and out["scored"] >= 1
+
+
 def test_a_full_sync_takes_each_sidecars_stat_from_the_scans_listing(tmp_path: Path, monkeypatch) -> None:
     """A full scan stats each sidecar once, in its listing of the directory: the comparison
     with the ledger that follows takes those stats (no ``os.stat`` of a sidecar). It sees

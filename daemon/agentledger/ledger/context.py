@@ -11,6 +11,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..config import Config, IterationLogSource
 from ..errors import Stopping
@@ -20,6 +21,9 @@ from ..sources.iterlogs.files import ReadLimits
 from ..store.db import read_state
 from ..store.log import EventLog
 from ..store.touched import Touched
+
+if TYPE_CHECKING:
+    from ..sources.iterlogs.listing import Listing
 
 log = logging.getLogger("agentledger")
 
@@ -33,12 +37,13 @@ class Context:
     touched: Touched = field(default_factory=Touched)  # what ingestion changed since the last notification
     announce: Callable[[str], None] = log.info  # rubric changes: the CLI prints them on stderr
     repos: dict[str, GitRepo] = field(default_factory=dict)
-    # names of temp files a full scan's listing of each log directory found (source id ->
-    # names): the sweep beside the sidecars that follows needs no listing of its own
-    listed_temps: dict[str, list[str]] = field(default_factory=dict)
-    # and the stat key of each sidecar it found (source id -> name -> key): the comparison
-    # of the sidecars with the ledger that follows takes them instead of a stat each
-    listed_sidecars: dict[str, dict[str, tuple]] = field(default_factory=dict)
+    # a full scan's listing of each log directory (source id -> listing), for the two that
+    # follow it, each taking it once: the sweep beside the sidecars takes the names of its
+    # temp files (no listing of its own) ...
+    listed_temps: dict[str, Listing] = field(default_factory=dict)
+    # ... and the comparison of the sidecars with the ledger the stat key of each sidecar
+    # (instead of a stat each)
+    listed_sidecars: dict[str, Listing] = field(default_factory=dict)
     log: EventLog = field(init=False)  # the one way events are written
     # whether a stop was asked for: long passes look between batches (``check_stop``)
     stopping: Callable[[], bool] = lambda: False

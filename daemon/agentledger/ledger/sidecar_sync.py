@@ -110,10 +110,10 @@ class SidecarSync:
             its = json.dumps(list(iterations))
             filt = " AND iteration IN (SELECT value FROM json_each(?))"
             args.append(its)
-        # never from a score that came in by import and was not scored here (scoring_pass); with
-        # what ``sidecar_seen`` recorded of each file; a full sync right after this pass's listing
-        # takes each sidecar's stat there (one a writer of ours changed since is read: its key moved)
-        seen = Seen(conn, src.path, self.ctx.listed_sidecars.pop(src.id, None) if iterations is None else None)
+        # never from a score imported and not scored here (scoring_pass); with what ``sidecar_seen`` recorded
+        # of each file, and on a full sync each sidecar's stat in this pass's listing (one moved since is read)
+        listing = self.ctx.listed_sidecars.pop(src.id, None) if iterations is None else None
+        seen = Seen(conn, src.path, listing and listing.sidecars)
         cur = conn.cursor()
         cur.row_factory = None  # plain tuples: every score of the source on a full sync
         rows = cur.execute(
@@ -270,11 +270,11 @@ class SidecarSync:
         """Remove temp files that killed writers left beside the sidecars (once per
         run, and at each daemon reconcile: ``forget``): a SIGKILL between a temp
         file's creation and its rename leaves one behind in the user's directory."""
-        listed = self.ctx.listed_temps.pop(src.id, None)  # this pass's listing, or none: never an older one
+        listing = self.ctx.listed_temps.pop(src.id, None)  # this pass's listing, or none: never an older one
         if src.id in self._swept:
             return
         self._swept.add(src.id)
-        removed = sidecars.remove_stale_temps(src.path, listed)
+        removed = sidecars.remove_stale_temps(src.path, listing and listing.temps)
         if removed:
             log.info("removed %d temp file(s) left by killed writers in %s", removed, src.path)
 
