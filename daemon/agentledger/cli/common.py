@@ -242,7 +242,7 @@ def read_only(args: argparse.Namespace):
 
     if conn.execute("PRAGMA user_version").fetchone()[0] < len(migration_files()):
         # A ledger written by an older version (its daemon not restarted yet): the new
-        # migrations only add tables and views, so bring it up to date before reading.
+        # migrations only add tables, indexes and views, so bring it up to date before reading.
         try:
             connect(cfg.store.path, create=False).close()
             conn.close()
