@@ -92,6 +92,39 @@ def test_a_sidecar_reported_unchanged_holds_the_ledgers_bytes(tmp_path: Path) ->
     assert active == "3.0.0" and on_disk(gen.log) == want
 
 
+def test_a_backfill_counts_and_rescores_the_configured_sources_only(tmp_path: Path) -> None:
+    """A ledger that still holds a source no longer configured (a log directory moved, or
+    dropped from the configuration) keeps that source's scores: the backfill's
+    announcement, its progress and its recorded count are the configured sources'."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen, cfg, db, _ = _setup(tmp_path)
+    old = synth.generate(tmp_path / "old", 20, seed=12)
+    other = make_source(str(old.log), str(old.repo))
+    led = Ledger(Config(store=StoreConfig(path=db), iteration_logs=(other,)))
+    try:
+        led.scan_all()
+    finally:
+        led.close()
+    assert _cli(cfg, "ingest")[0] == 0
+    code, _, err = _cli(cfg, "--rubric", "3.0.0", "backfill")
+    assert code == 0 and "rubric 2.1.0 -> 3.0.0 (explicit): rescoring 30 iterations" in err, err
+    with sqlite3.connect(db) as c:
+        started = json.loads(c.execute("SELECT payload FROM events WHERE type = 'backfill.started'").fetchone()[0])
+        counts = dict(c.execute("SELECT source, count(*) FROM scores WHERE rubric_version = '3.0.0' GROUP BY 1"))
+    assert started["iterations"] == 30 and counts == {make_source(str(gen.log), str(gen.repo)).id: 30}
+
+    seen: list[tuple[int, int]] = []
+    led = Ledger(Config(store=StoreConfig(path=db), iteration_logs=(make_source(str(gen.log), str(gen.repo)),),
+                        explicit_rubric="2.0.2"))
+    try:
+        led.ensure_rubric(progress=lambda done, total: seen.append((done, total)))
+    finally:
+        led.close()
+    assert seen and seen[-1] == (30, 30)
+
+
 def test_switching_back_to_a_rubric_the_ledger_already_scored_rewrites_every_sidecar(tmp_path: Path) -> None:
     """Scores under 3.0.0 stay in the ledger after a switch back to 2.1.0; switching to
     3.0.0 again computes nothing new, and must still bring every file back to 3.0.0."""

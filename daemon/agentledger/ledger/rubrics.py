@@ -94,7 +94,7 @@ class Rubrics:
                     events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
                                     {"version": want, "previous": have, "reason": reason,
                                      "configured": configured})]
-                    total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+                    total = _configured_iterations(ctx)
                     if ctx.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None:
                         # the scores under ``have`` are current (no backfill was under way): a
                         # score under ``want`` with their inputs key stands (``backfill``)
@@ -128,7 +128,7 @@ class Rubrics:
         ctx = self.ctx
         report = Outcome()
         pending = json.loads(ctx.state("backfill") or "{}")
-        total = ctx.conn.execute("SELECT count(*) FROM iterations").fetchone()[0]
+        total = _configured_iterations(ctx)
         base = 0
         for src in ctx.cfg.iteration_logs:
             count = ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
@@ -157,3 +157,11 @@ class Rubrics:
                 if len(todo) < count:
                     return self.scoring.score(src, sorted(todo), finish=finish, progress=progress, sync_all=True)
             return self.scoring.score(src, finish=finish, progress=progress)
+
+
+def _configured_iterations(ctx: Context) -> int:
+    """The iterations a backfill rescores: those of the configured sources (a source the
+    ledger still holds but no longer reads keeps its scores, and counted here it made the
+    announcement and the progress promise what the pass never did)."""
+    return ctx.conn.execute("SELECT count(*) FROM iterations WHERE source IN (SELECT value FROM json_each(?))",
+                            (json.dumps([s.id for s in ctx.cfg.iteration_logs]),)).fetchone()[0]
