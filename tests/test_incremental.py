@@ -955,6 +955,50 @@ def test_a_trusted_scan_reads_the_artifacts_checkpoints_through_their_index_and_
     assert out["files_read"] == 1 and out["scored"] >= 1
 
 
+def test_a_trusted_scan_spares_the_backstop_and_an_untrusted_one_runs_it(tmp_path: Path, monkeypatch) -> None:
+    """The backstop (every iteration without a score under the active rubric) runs in a
+    scan whose mark does not hold and is spared in one whose mark holds with nothing
+    committed since: the last quiet scan found no such iteration, and none can appear
+    without an event. A new iteration breaks the mark, and it is scored."""
+    from agentledger.store import db as store_db
+
+    statements: list[str] = []
+    connect = store_db.connect
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(store_db, "connect", traced)
+    gen = synth.generate(tmp_path / "gen", 40, seed=13)
+    db = tmp_path / "l.sqlite"
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "--json"]
+
+    def ingest() -> tuple[int, int, bool]:
+        """(files read, iterations scored, whether the backstop's query ran)"""
+        statements.clear()
+        code, out, err = run_cli("ingest", *args)
+        assert code == 0, err
+        report = json.loads(out)
+        return report["files_read"], report["scored"], any("NOT IN (SELECT iteration FROM scores" in s
+                                                           for s in statements)
+
+    assert ingest()[1:] == (40, True)
+    _settled(gen.log)
+    assert ingest() == (0, 0, True)  # quiet: its mark is kept, but no kept mark vouched for this one
+    assert ingest() == (0, 0, False)  # the mark holds: the backstop is spared
+    with sqlite3.connect(db) as c:
+        c.execute("DELETE FROM scan_marks")
+    assert ingest() == (0, 0, True)
+    assert ingest() == (0, 0, False)
+    synth.add_iteration(gen, 41)
+    _settled(gen.log)
+    read, scored, backstop = ingest()
+    assert read == 1 and scored >= 1 and backstop
+    assert query(db, "SELECT count(*) FROM scores WHERE iteration = 41")[0][0] == 1
+
+
 def test_a_full_sync_takes_each_sidecars_stat_from_the_scans_listing(tmp_path: Path, monkeypatch) -> None:
     """A full scan stats each sidecar once, in its listing of the directory: the comparison
     with the ledger that follows takes those stats (no ``os.stat`` of a sidecar). It sees

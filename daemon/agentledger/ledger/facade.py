@@ -270,6 +270,9 @@ class Ledger:
                 # (at 10,000 they no longer leave a core idle for ~0.6 s after the scoring)
                 if everything:
                     return self.scoring.score(src, finish=finish, progress=progress, between=self.detect)
+                # a source as the last quiet scan left it, nothing committed since, has no iteration
+                # without a score (that scan found none): the backstop's query over every one is spared
+                backstop = backstop and not self.marks.in_line(src)
                 todo = sorted(set(self.planner.affected(src, backstop=backstop)) | set(self.scoring.unverified(src)))
                 if todo:
                     return self.scoring.score(src, todo, finish=finish, progress=progress, between=self.detect,

@@ -57,7 +57,8 @@ class Planner:
         everything if history was rewritten); plus iterations with no score under
         the active rubric (``backstop``: a query over every iteration, ~40 ms at 100,000,
         left out when a change notification is handled: what it changed is queued, and the
-        daemon's periodic reconcile and trunk checks keep the backstop). A full pass
+        daemon's periodic reconcile and trunk checks keep the backstop; and in a full scan
+        whose mark holds: ``ScanMarks.in_line``). A full pass
         (``score(src)``) stays the backstop of the backstop."""
         conn = self.ctx.conn
         dirs = [str(d) for d in (*src.transcripts, *src.vally_transcripts)]

@@ -8,8 +8,8 @@ listing.py``) and a stamp of what it was in line with: the ledger's last event, 
 schema, this code's version, the source's configuration, the read limits, the sidecar
 settings and the rubric this process scores under. The next full scan whose listing
 has that mark under that stamp reads no log file's checkpoint and, if nothing is
-committed before its sidecar pass, compares no sidecar with the ledger: both would
-find what the last one found. Anything else (the artifacts in the repository, the
+committed before its scoring pass, runs no backstop query (every iteration without a
+score) and compares no sidecar with the ledger: each would find what the last one found. Anything else (the artifacts in the repository, the
 transcripts, the trunk) is looked at as in every scan.
 
 A cache beside the ledger, not derived from events (``scan_marks``): a rebuild empties it.
@@ -66,8 +66,8 @@ class ScanMarks:
             p.observed = True
 
     def in_line(self, src: IterationLogSource) -> bool:
-        """Whether the sidecars of ``src`` need no comparison with the ledger: its listing
-        matched, and no event has been committed since the scan began."""
+        """Whether ``src`` needs no backstop and its sidecars no comparison with the ledger:
+        its listing matched, and no event has been committed since the scan began."""
         p = self._passes.get(src.id)
         return p is not None and p.quiet and last_seq(self.ctx.conn) == p.seq
 
