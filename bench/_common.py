@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,8 +41,9 @@ class Spawner:
     def __init__(self) -> None:
         self._err = tempfile.NamedTemporaryFile(prefix="agentledger-bench-", suffix=".stderr", delete=False)
         self._err.close()
+        # a session of its own: ``close(stop=True)`` ends it with the command it runs
         self._proc = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
 
     def run(self, cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str]:
         """(wall seconds, exit status, peak RSS KiB, stderr) of one command."""
@@ -50,10 +52,26 @@ class Spawner:
         seconds, status, peak = json.loads(self._proc.stdout.readline())
         return seconds, status, peak, Path(self._err.name).read_text(errors="replace")
 
-    def close(self) -> None:
+    def close(self, *, stop: bool = False) -> None:
+        """Wait for the spawner to end; ``stop``: end it now, with the command it runs (the
+        benchmark was stopped: the trees it removes next must not be written to again)."""
+        stopped = stop and self._proc.poll() is None
+        if stopped:
+            os.killpg(self._proc.pid, signal.SIGTERM)
         self._proc.stdin.close()
         self._proc.wait()
         Path(self._err.name).unlink(missing_ok=True)
+        if stopped:  # the command's worker pool went with it, its directory left for the next run
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self._proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            from agentledger.process import lifetime, parallel
+
+            lifetime.remove_stale(tempfile.gettempdir(), parallel.POOL_DIR_PREFIX)  # as that next run would
 
 
 def run(cmd: list[str], *, rss_samples: list | None = None, every: float = 0.25,

@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -290,6 +291,18 @@ def main() -> None:
     args = ap.parse_args()
     print(compile_bytecode(), flush=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
+    try:
+        measure(args, out)
+    finally:
+        SPAWNER.close(stop=True)  # (idle after the last figure) a stopped run's command ends first
+        for tree in STALE:
+            shutil.rmtree(tree, ignore_errors=True)
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, out: Path) -> None:
+    """Every size's figures, printed (the trees under ``out``; ``main`` removes them)."""
     results = []
     for s in args.sizes.split(","):
         PEAK_KB.clear()
@@ -316,13 +329,10 @@ def main() -> None:
         ratio = big["score_new_iteration_median_ms"] / small["score_new_iteration_median_ms"]
         print(f"score N at {big['iterations']} / at {small['iterations']}: {ratio:.2f}x")
     print(json.dumps(results))
-    for tree in STALE:
-        shutil.rmtree(tree, ignore_errors=True)
-    if not args.out:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (trees, the spawner's file) when stopped
     try:
         main()
     finally:
