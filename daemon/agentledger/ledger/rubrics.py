@@ -94,7 +94,7 @@ class Rubrics:
                     events = [Event("rubric.activated", "ledger", "ledger", f"rubric|{have}->{want}|{last}",
                                     {"version": want, "previous": have, "reason": reason,
                                      "configured": configured})]
-                    total = _configured_iterations(ctx)
+                    total = sum(_counts(ctx).values())
                     if ctx.conn.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None:
                         # the scores under ``have`` are current (no backfill was under way): a
                         # score under ``want`` with their inputs key stands (``backfill``)
@@ -128,10 +128,11 @@ class Rubrics:
         ctx = self.ctx
         report = Outcome()
         pending = json.loads(ctx.state("backfill") or "{}")
-        total = _configured_iterations(ctx)
+        counts = _counts(ctx)
+        total = sum(counts.values())
         base = 0
         for src in ctx.cfg.iteration_logs:
-            count = ctx.conn.execute("SELECT count(*) FROM iterations WHERE source = ?", (src.id,)).fetchone()[0]
+            count = counts[src.id]
             try:
                 report.add(self._backfill(src, pending.get("reuse"), count,
                                           (lambda d, t, b=base: progress(b + d, total)) if progress else None))
@@ -159,9 +160,11 @@ class Rubrics:
             return self.scoring.score(src, finish=finish, progress=progress)
 
 
-def _configured_iterations(ctx: Context) -> int:
-    """The iterations a backfill rescores: those of the configured sources (a source the
-    ledger still holds but no longer reads keeps its scores, and counted here it made the
-    announcement and the progress promise what the pass never did)."""
-    return ctx.conn.execute("SELECT count(*) FROM iterations WHERE source IN (SELECT value FROM json_each(?))",
-                            (json.dumps([s.id for s in ctx.cfg.iteration_logs]),)).fetchone()[0]
+def _counts(ctx: Context) -> dict[str, int]:
+    """The iterations of each configured source: those a backfill rescores (a source the
+    ledger still holds but no longer reads keeps its scores, and counted in the total it made
+    the announcement and the progress promise what the pass never did)."""
+    ids = [s.id for s in ctx.cfg.iteration_logs]
+    got = dict(ctx.conn.execute("SELECT source, count(*) FROM iterations WHERE source IN"
+                                " (SELECT value FROM json_each(?)) GROUP BY source", (json.dumps(ids),)))
+    return {i: got.get(i, 0) for i in ids}

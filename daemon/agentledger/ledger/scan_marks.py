@@ -9,8 +9,9 @@ schema, this code's version, the source's configuration, the read limits, the si
 settings and the rubric this process scores under. The next full scan whose listing
 has that mark under that stamp reads no log file's checkpoint and, if nothing is
 committed before its scoring pass, runs no backstop query (every iteration without a
-score) and compares no sidecar with the ledger: each would find what the last one found. Anything else (the artifacts in the repository, the
-transcripts, the trunk) is looked at as in every scan.
+score) and compares no sidecar with the ledger: each would find what the last one found.
+Anything else (the artifacts in the repository, the transcripts, the trunk) is looked at
+as in every scan.
 
 A cache beside the ledger, not derived from events (``scan_marks``): a rebuild empties it.
 """

@@ -100,12 +100,7 @@ def _row_json_of(r) -> str:
             or 0.0 in (sub, nw, ew, c) and score_rows.negative_zero(r):
         return _row_json(r)
     key = (r.signal, r.label, r.present, sub, r.detail, nw, ew, c)
-    text = _ROW_JSON.get(key)
-    if text is None:
-        if len(_ROW_JSON) >= _ROW_JSON_KEPT:
-            _ROW_JSON.clear()
-        text = _ROW_JSON[key] = _row_json(r)
-    return text
+    return _ROW_JSON.get(key) or score_rows.remember(_ROW_JSON, _ROW_JSON_KEPT, key, _row_json(r))
 
 
 def payload_json(s: Score, digest: str, marker: bool, key: str, window: tuple | None = None,

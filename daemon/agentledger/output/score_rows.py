@@ -20,12 +20,18 @@ ROWS: dict[tuple | str, str] = {}
 ROWS_KEPT = 32768
 
 
-def remember_row(key: tuple | str, text: str) -> str:
-    """Keep ``text`` in ``ROWS`` (emptied when full); ``text``."""
-    if len(ROWS) >= ROWS_KEPT:
-        ROWS.clear()
-    ROWS[key] = text
+def remember(memo: dict, kept: int, key: object, text: str) -> str:
+    """Keep ``text`` under ``key`` in ``memo``, emptied first when it holds ``kept``
+    texts (every lookup of a pass's text in this package is bounded so); ``text``."""
+    if len(memo) >= kept:
+        memo.clear()
+    memo[key] = text
     return text
+
+
+def remember_row(key: tuple | str, text: str) -> str:
+    """Keep ``text`` in ``ROWS``; ``text``."""
+    return remember(ROWS, ROWS_KEPT, key, text)
 
 
 def rows_text(breakdown: Sequence[BreakdownRow]) -> list[str]:
@@ -71,12 +77,7 @@ def _field(v: object) -> str:
     """A row's string field as ``format_scalar`` gives it at the row's indent."""
     if type(v) is not str:
         return format_scalar(v, 4)
-    text = _FIELDS.get(v)
-    if text is None:
-        if len(_FIELDS) >= _FIELDS_KEPT:
-            _FIELDS.clear()
-        text = _FIELDS[v] = format_scalar(v, 4)
-    return text
+    return _FIELDS.get(v) or remember(_FIELDS, _FIELDS_KEPT, v, format_scalar(v, 4))
 
 
 def _number(x: float) -> str:
@@ -88,9 +89,7 @@ def _number(x: float) -> str:
         if text[-1] in "Nf":
             text = _YAML_NONFINITE.get(text, text)
         if x:
-            if len(_FIELDS) >= _FIELDS_KEPT:
-                _FIELDS.clear()
-            _FIELDS[x] = text
+            remember(_FIELDS, _FIELDS_KEPT, x, text)
     return text
 
 
