@@ -99,7 +99,7 @@ import queue, sqlite3, sys, uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 import psycopg
-from agentledger.central.ship import COLUMNS as cols, COPY_TYPES as types, LOCAL_BATCH  # the shipper's own
+from agentledger.central.ship import COLUMNS as cols, COPY_TYPES as types, LOCAL_BATCH, raw_bytes  # the shipper's own
 db, url = sys.argv[1:]
 with psycopg.connect(url, autocommit=True) as pg:
     pg.execute("CREATE TABLE floor_events (ledger_id uuid, seq bigint, origin uuid, origin_seq bigint,"
@@ -107,9 +107,10 @@ with psycopg.connect(url, autocommit=True) as pg:
                " occurred_at text, recorded_at timestamptz, source text, source_path text, source_position text,"
                " payload jsonb, payload_text text, PRIMARY KEY (ledger_id, seq))")
 local = sqlite3.connect(db)
-lid, free = uuid.uuid4(), queue.Queue()
+lid, free = uuid.uuid4().bytes, queue.Queue()
 for _ in range(2):
-    free.put(psycopg.connect(url))
+    free.put(pg := psycopg.connect(url))
+    raw_bytes(pg)
 def send(rows):
     pg = free.get()
     try:
