@@ -20,8 +20,8 @@ settings and durability: fsync on) on this machine and, over its unix socket:
 * the catch-up's floor: a script that reads the same events from the same ledger (the
   shipper's query, 5,000 a batch) and copies them as the shipper does (binary ``COPY``, the
   shipper's columns and types, two connections at once, a transaction a batch) into a table with
-  the events' columns and only their primary key: no trigger, no other index, no
-  projection. It is what storing these rows costs this server; the shipper cannot beat it;
+  the events' columns and only their primary key, its payloads compressed as the events
+  table's are (lz4): no trigger, no other index, no projection. It is what storing these rows costs this server; the shipper cannot beat it;
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
   each band's count) and "the 50 newest scores across the team" on the result
   (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):
@@ -105,7 +105,7 @@ with psycopg.connect(url, autocommit=True) as pg:
     pg.execute("CREATE TABLE floor_events (ledger_id uuid, seq bigint, origin uuid, origin_seq bigint,"
                " idempotency_key text, stream text, type text, schema_version int, content_hash text,"
                " occurred_at text, recorded_at timestamptz, source text, source_path text, source_position text,"
-               " payload jsonb, payload_text text, PRIMARY KEY (ledger_id, seq))")
+               " payload jsonb COMPRESSION lz4, payload_text text, PRIMARY KEY (ledger_id, seq))")
 local = sqlite3.connect(db)
 lid, free = uuid.uuid4().bytes, queue.Queue()
 for _ in range(2):
