@@ -21,7 +21,8 @@ settings and durability: fsync on) on this machine and, over its unix socket:
   shipper's query, 5,000 a batch) and copies them as the shipper does (binary ``COPY``, the
   shipper's columns and types, two connections at once, a transaction a batch) into a table with
   the events' columns and only their primary key, its payloads compressed as the events
-  table's are (lz4): no trigger, no other index, no projection. It is what storing these rows costs this server; the shipper cannot beat it;
+  table's are (lz4): no trigger, no other index, no projection. It is what storing these
+  rows costs this server; the shipper cannot beat it;
 * the team query: "latest scores for the team" (per ledger: iterations, mean score,
   each band's count) and "the 50 newest scores across the team" on the result
   (20 ledgers x 5,000 iterations = 100,000 iterations, 1,000,000 events by default):

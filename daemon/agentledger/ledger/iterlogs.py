@@ -35,9 +35,10 @@ _LOG_KINDS = frozenset(S.LOG_KINDS)
 # the parameter ``_LOG_KINDS_JSON``
 _ON_SIDE = " AND kind %s (SELECT value FROM json_each(?))"
 _LOG_KINDS_JSON = json.dumps(S.LOG_KINDS)
+_ARTIFACT_KINDS = (VERIFIER_RESULT, REVIEW_DECISION, TASKS)
 # the artifacts' and plans' checkpoints, as migration 0027's partial index names them (the same
 # text: SQLite uses that index only for a condition that implies its own)
-_ARTIFACT_SIDE = " AND kind IN ('verifier_result', 'review_decision', 'tasks')"
+_ARTIFACT_SIDE = " AND kind IN (%s)" % ", ".join(f"'{k}'" for k in _ARTIFACT_KINDS)
 
 
 class IterationLogs:
@@ -169,7 +170,6 @@ class IterationLogs:
         the stat keys of the artifacts likewise: one pass over the source's checkpoints
         (``with_logs=False``: only the artifacts')."""
         logs, paths, arts = {}, [], {}
-        art_kinds = {VERIFIER_RESULT, REVIEW_DECISION, TASKS}
         cur = self.ctx.conn.cursor()
         cur.row_factory = None  # plain tuples: 15,000 rows at 10,000 iterations
         # "read whole and fine" said by SQLite: no hash string made a row (36 -> 23 ms). Every
@@ -183,7 +183,7 @@ class IterationLogs:
                 paths.append(path)
                 if ok:
                     logs[path] = (dev, ino, size, mtime)
-            elif ok and kind in art_kinds:
+            elif ok and kind in _ARTIFACT_KINDS:
                 arts[path] = (dev, ino, size, mtime)
         return logs, paths, arts
 
