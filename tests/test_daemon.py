@@ -678,6 +678,68 @@ def test_a_file_written_as_a_reload_takes_effect_is_scored(tmp_path: Path, make_
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
+def test_a_change_deep_in_the_artifacts_tree_and_a_new_record_are_both_heard(tmp_path: Path) -> None:
+    """The log directory is watched for its own entries and the artifacts' tree in depth
+    (two watchers: a recursive watch of the log walked every entry of it, 117 ms at 10,000
+    iterations): a verification artifact two levels below the tree's root flips while the
+    service runs, and the score of the iteration that names it follows; a record closed in
+    the log directory is scored too. A reconcile is an hour away: the watches heard both."""
+    from agentledger.example import synth
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 3600\n'
+                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
+    sidecar = gen.log / "iter-21.score.yaml"
+    artifact = gen.repo / ".agents/active/verification/task-21/test.result.yaml"
+    assert artifact.read_text() != "schema_version: 1\nstatus: fail\n"
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        before = sidecar.read_text()
+        artifact.write_text("schema_version: 1\nstatus: fail\n")
+        assert wait_until(lambda: "sub_score: 0\n      detail: 1/1 verifiers" in sidecar.read_text(), 60)
+        assert sidecar.read_text() != before
+        synth.add_iteration(gen, 31)
+        assert wait_until(lambda: (gen.log / "iter-31.score.yaml").is_file(), 60)
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
+def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_path: Path) -> None:
+    """``Watches``: changes made right after it is made are heard (the catch-up scan runs
+    between the two, not after a first wait); an entry below a flat directory's
+    subdirectory is not reported, one below a tree's is; a change in the tree alone comes
+    with the next wait; our own temp files and sidecars never do; a set stop event ends
+    the wait with None."""
+    import threading
+
+    from agentledger.service.watching import Watches
+
+    flat, tree = tmp_path / "log", tmp_path / "tree"
+    (flat / "sub").mkdir(parents=True)
+    (tree / "task-1").mkdir(parents=True)
+    watches = Watches([flat], [tree], debounce_ms=50)
+    stop = threading.Event()
+    try:
+        (flat / "sub" / "deep.yaml").write_text("x")  # below the flat directory: not watched
+        (tree / "task-1" / "r.yaml").write_text("x")  # below the tree: watched
+        (flat / "iter-1.score.yaml").write_text("x")  # a sidecar of ours: filtered
+        (flat / "iter-1.yaml").write_text("x")  # the flat directory's own entry, written last
+        seen: set[str] = set()
+        deadline = time.monotonic() + 30
+        while not {"iter-1.yaml", "r.yaml"} <= seen and time.monotonic() < deadline:
+            changes = watches.wait(100, stop)
+            assert changes is not None
+            seen |= {os.path.basename(p) for _, p in changes}
+        assert {"iter-1.yaml", "r.yaml"} <= seen
+        assert "deep.yaml" not in seen and "iter-1.score.yaml" not in seen
+        (tree / "task-1" / "r2.yaml").write_text("x")  # the tree alone moves
+        assert wait_until(lambda: any(p.endswith("r2.yaml") for _, p in watches.wait(100, stop) or ()), 30)
+        stop.set()
+        assert watches.wait(100, stop) is None
+    finally:
+        watches.close()
+
+
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:
     """psycopg made unimportable in the child (sys.modules entry None: what a missing package looks like)."""
     log, cfg = configured(tmp_path, make_repo, 2, '[[ship]]\nurl = "postgresql://x@127.0.0.1:1/t"\n')

@@ -134,16 +134,20 @@ class Ledger:
         return self.tailing.transcripts(directory)
 
     # -- change notifications: which source a path belongs to is the ledger's to know ----------
-    def watch_paths(self) -> list[Path]:
-        """The existing directories whose changes concern a configured source."""
+    def watch_paths(self) -> tuple[list[Path], list[Path]]:
+        """The existing directories whose changes concern a configured source: those whose
+        source reads only their own entries (iteration logs, transcript directories), and
+        the trees read in depth (plans, artifacts, vally results, annotations)."""
         cfg = self.ctx.cfg
-        out: list[Path] = []
+        flat: list[Path] = []
+        trees: list[Path] = []
         for src in cfg.iteration_logs:
-            out += [src.path, *src.transcripts, *src.vally_transcripts]
-            out += [src.repo / ".agents" / "workflow" / "plans", src.repo / ".agents" / "active" / "verification"]
-        out += [v.path for v in cfg.vally]
-        out += [a.path for a in cfg.annotations]
-        return [p for p in dict.fromkeys(out) if p.is_dir()]
+            flat += [src.path, *src.transcripts]
+            trees += [*src.vally_transcripts, src.repo / ".agents" / "workflow" / "plans",
+                      src.repo / ".agents" / "active" / "verification"]
+        trees += [v.path for v in cfg.vally]
+        trees += [a.path for a in cfg.annotations]
+        return [p for p in dict.fromkeys(flat) if p.is_dir()], [p for p in dict.fromkeys(trees) if p.is_dir()]
 
     def ingest_paths(self, paths: Iterable[Path]) -> Outcome:
         """Read what a change notification named (a hint: nothing else is looked at)

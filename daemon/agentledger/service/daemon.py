@@ -7,7 +7,7 @@ How it runs, in order:
    (again) to catch what was written meanwhile or while the service was down
    (unchanged files are only stat'ed), and only then say ``READY=1``. A warm
    restart makes only the second scan.
-2. Watch every source directory with watchfiles. A change set is only a hint:
+2. Watch every source directory (``watching.py``). A change set is only a hint:
    the named files are re-stat'ed and re-read by the same code as a scan, and
    our own temp files and sidecars are filtered out so writes do not echo.
 3. Between change sets (at least every 100 ms) the main loop pings the
@@ -36,30 +36,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import structlog
-import watchfiles
 
 from ..config import Config
 from ..errors import AgentledgerError, Stopping
 from ..ledger import Ledger, Outcome
-from ..output.sidecars import is_temp_name
 from .backoff import backoff
 from .checkpointer import Checkpointer
 from .hook import HookServer
 from .notify import Notifier
 from .signals import Signals
+from .watching import Changes, Watches
 
 log = structlog.get_logger("agentledger.daemon")
 TICK_MS = 100  # how often the main loop runs with nothing changing (the watchdog, the scheduler's requests)
-
-
-class _Filter(watchfiles.DefaultFilter):
-    """watchfiles' defaults, minus our own temp files and score sidecars."""
-
-    def __call__(self, change: watchfiles.Change, path: str) -> bool:
-        name = os.path.basename(path)
-        if is_temp_name(name) or name.endswith(".score.yaml"):
-            return False
-        return super().__call__(change, path)
 
 
 def load_checked(load: Callable[[], Config]) -> Config | None:
@@ -266,45 +255,43 @@ class Daemon:
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
-        paths = self.ledger.watch_paths()
-        # The watches exist once the watcher is made, but the loop hears from it only at its
-        # first yield: a change, or rust_timeout. That first yield is READY's moment (after a
-        # catch-up scan), so the timeout is short: with a 1 s tick a warm restart spent half
-        # its time waiting for it. A yield with nothing to do costs a few microseconds.
+        # Between changes the loop wakes every tick (the watchdog, the scheduler's requests);
+        # a wake with nothing to do costs a few microseconds.
         tick = TICK_MS
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
         ready = False
         while not self.signals.stopping():
-            fresh = True
-            for changes in watchfiles.watch(
-                    *paths, watch_filter=_Filter(), debounce=self.cfg.daemon.debounce_ms, step=20,
-                    stop_event=self.stop, rust_timeout=tick, yield_on_timeout=True, raise_interrupt=False,
-                    force_polling=self.cfg.daemon.force_polling or None,
-                    ignore_permission_denied=True):
+            flat, trees = self.ledger.watch_paths()
+            watches = Watches(flat, trees, debounce_ms=self.cfg.daemon.debounce_ms,
+                              force_polling=self.cfg.daemon.force_polling or None)
+            try:
                 self.notifier.watchdog()
-                if fresh:  # the watches exist now: catch up on what was written while none did
-                    fresh = False  # (since the initial scan began, or between a reload's watchers)
-                    self._guard("catch-up scan", self.ledger.scan_all)
-                    if self.reloading:  # `systemctl reload` returns once its backfill is on disk
-                        self.reloading = False
-                        self._guard("reload", self.ledger.wait_for_writes)
-                        self.notifier.send("READY=1", f"STATUS={self._status()}")
+                # the watches exist now: catch up on what was written while none did (since the
+                # initial scan began, or between a reload's watchers), then say READY
+                self._guard("catch-up scan", self.ledger.scan_all)
+                if self.reloading:  # `systemctl reload` returns once its backfill is on disk
+                    self.reloading = False
+                    self._guard("reload", self.ledger.wait_for_writes)
+                    self.notifier.send("READY=1", f"STATUS={self._status()}")
                 if not ready:
                     self.notifier.send("READY=1", f"STATUS={self._status()}")
-                    log.info("ready", watched=len(paths), status=self._status())
+                    log.info("ready", watched=len(flat) + len(trees), status=self._status())
                     ready = True
-                if changes:
-                    self.last_change = time.monotonic()
-                    self._guard("changes", lambda c=changes: self._handle(c))
-                if self.retry_at is not None and time.monotonic() >= self.retry_at:
-                    self.retry_at = None
-                    self.requests.put("reconcile")
-                if self._drain():  # a reload took effect: watch its paths
-                    paths = self.ledger.watch_paths()
-                    break
-                if self.signals.stopping():
-                    return
+                while (changes := watches.wait(tick, self.stop)) is not None:
+                    self.notifier.watchdog()
+                    if changes:
+                        self.last_change = time.monotonic()
+                        self._guard("changes", lambda c=changes: self._handle(c))
+                    if self.retry_at is not None and time.monotonic() >= self.retry_at:
+                        self.retry_at = None
+                        self.requests.put("reconcile")
+                    if self._drain():  # a reload took effect: watch its paths
+                        break
+                    if self.signals.stopping():
+                        return
+            finally:
+                watches.close()
 
     def _guard(self, what: str, fn: Callable[[], Outcome | None]) -> None:
         """Never let one failing step end the service (a full disk, a read-only or
@@ -388,7 +375,7 @@ class Daemon:
         self._restart_hook()  # its scan (and backfill) is the new watches' catch-up scan, before READY=1
 
     # -- change sets are hints --------------------------------------------------------------
-    def _handle(self, changes: set[tuple[watchfiles.Change, str]]) -> Outcome:
+    def _handle(self, changes: Changes) -> Outcome:
         assert self.ledger is not None
         return self.ledger.ingest_paths(Path(p) for _, p in changes)
 
