@@ -738,6 +738,11 @@ def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_pat
         assert watches.wait(100, stop) is None
     finally:
         watches.close()
+    alone = Watches([], [tree], debounce_ms=50)  # only trees: theirs is the watcher a wait blocks on
+    try:
+        assert len(alone._watchers) == 1
+    finally:
+        alone.close()
 
 
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:

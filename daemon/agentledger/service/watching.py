@@ -53,17 +53,18 @@ class Watches:
         self._watchers: list[RustNotify] = []
         try:
             deep = set(trees)  # a directory in both is watched once, in depth
-            for paths, recursive in (([p for p in flat if p not in deep], False), (list(trees), True)):
-                if paths or not self._watchers:  # (with nothing to watch, one watcher that only times out)
-                    self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
+            groups = [(paths, recursive) for paths, recursive in
+                      (([p for p in flat if p not in deep], False), (list(trees), True)) if paths]
+            for paths, recursive in groups or [([], False)]:  # (nothing to watch: one watcher that times out)
+                self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
         except BaseException:
             self.close()
             raise
 
     def wait(self, timeout_ms: int, stop: threading.Event) -> Changes | None:
-        """The changes of the next ``timeout_ms`` (an empty set at a time-out, once the
-        first watcher's debounce has grouped them); None once ``stop`` is set or a signal
-        handler raised (the caller watches anew or stops)."""
+        """What the first watcher heard within ``timeout_ms`` (grouped by its debounce) and
+        what the others hold by then, filtered: an empty set if nothing; None once ``stop``
+        is set or a signal handler raised (the caller watches anew or stops)."""
         first, *others = self._watchers
         raw = first.watch(self.debounce_ms, self.step_ms, timeout_ms, stop)
         if raw == "timeout":
