@@ -704,12 +704,14 @@ def test_a_change_deep_in_the_artifacts_tree_and_a_new_record_are_both_heard(tmp
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
-def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("polling", [None, True])
+def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_path: Path, polling) -> None:
     """``Watches``: changes made right after it is made are heard (the catch-up scan runs
     between the two, not after a first wait); an entry below a flat directory's
     subdirectory is not reported, one below a tree's is; a change in the tree alone comes
     with the next wait; our own temp files and sidecars never do; a set stop event ends
-    the wait with None."""
+    the wait with None. The same when the file system is polled (``[daemon]
+    force_polling``)."""
     import threading
 
     from agentledger.service.watching import Watches
@@ -717,7 +719,7 @@ def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_pat
     flat, tree = tmp_path / "log", tmp_path / "tree"
     (flat / "sub").mkdir(parents=True)
     (tree / "task-1").mkdir(parents=True)
-    watches = Watches([flat], [tree], debounce_ms=50)
+    watches = Watches([flat], [tree], debounce_ms=50, force_polling=polling)
     stop = threading.Event()
     try:
         (flat / "sub" / "deep.yaml").write_text("x")  # below the flat directory: not watched
