@@ -740,9 +740,12 @@ def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_pat
         assert watches.wait(100, stop) is None
     finally:
         watches.close()
-    alone = Watches([], [tree], debounce_ms=50)  # only trees: theirs is the watcher a wait blocks on
+    gone = tmp_path / "gone"  # listed, then removed before the watch is made: left out, not fatal
+    alone = Watches([gone], [tree], debounce_ms=50)  # only trees left: theirs is the watcher a wait blocks on
     try:
         assert len(alone._watchers) == 1
+        (tree / "task-1" / "r3.yaml").write_text("x")
+        assert wait_until(lambda: any(p.endswith("r3.yaml") for _, p in alone.wait(100, threading.Event()) or ()), 30)
     finally:
         alone.close()
 

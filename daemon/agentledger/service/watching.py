@@ -43,7 +43,7 @@ class Filter(watchfiles.DefaultFilter):
 
 class Watches:
     """Watchers of ``flat`` (their entries only) and of ``trees`` (recursive), existing
-    from the moment this is made; ``close`` ends them."""
+    from the moment this is made, of those directories that exist then; ``close`` ends them."""
 
     def __init__(self, flat: list[Path], trees: list[Path], *, debounce_ms: int, step_ms: int = 20,
                  force_polling: bool | None = None) -> None:
@@ -51,15 +51,24 @@ class Watches:
         self.filter = Filter()
         polling, delay, debug = _default_force_polling(force_polling), _default_poll_delay_ms(300), _default_debug(None)
         self._watchers: list[RustNotify] = []
-        try:
+        for attempt in range(3):
+            # a directory removed since the caller listed it (a race with the user's tree) is
+            # left out: the watcher would refuse every path for it and the loop would end
+            flat, trees = [p for p in flat if p.is_dir()], [p for p in trees if p.is_dir()]
             deep = set(trees)  # a directory in both is watched once, in depth
             groups = [(paths, recursive) for paths, recursive in
-                      (([p for p in flat if p not in deep], False), (list(trees), True)) if paths]
-            for paths, recursive in groups or [([], False)]:  # (nothing to watch: one watcher that times out)
-                self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
-        except BaseException:
-            self.close()
-            raise
+                      (([p for p in flat if p not in deep], False), (trees, True)) if paths]
+            try:
+                for paths, recursive in groups or [([], False)]:  # (nothing to watch: one that times out)
+                    self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
+                return
+            except FileNotFoundError:
+                self.close()
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self.close()
+                raise
 
     def wait(self, timeout_ms: int, stop: threading.Event) -> Changes | None:
         """What the first watcher heard within ``timeout_ms`` (grouped by its debounce) and
@@ -83,3 +92,4 @@ class Watches:
         for w in self._watchers:
             w.close()
         self._watchers = []
+
