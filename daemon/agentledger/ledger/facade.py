@@ -135,9 +135,10 @@ class Ledger:
 
     # -- change notifications: which source a path belongs to is the ledger's to know ----------
     def watch_paths(self) -> tuple[list[Path], list[Path]]:
-        """The existing directories whose changes concern a configured source: those whose
-        source reads only their own entries (iteration logs, transcript directories), and
-        the trees read in depth (plans, artifacts, vally results, annotations)."""
+        """The directories whose changes concern a configured source: those whose source
+        reads only their own entries (iteration logs, transcript directories), and the trees
+        read in depth (plans, artifacts, vally results, annotations). Which of them exist is
+        the watcher's to check (``service/watching.py``), as it makes its watches."""
         cfg = self.ctx.cfg
         flat: list[Path] = []
         trees: list[Path] = []
@@ -147,7 +148,7 @@ class Ledger:
                       src.repo / ".agents" / "active" / "verification"]
         trees += [v.path for v in cfg.vally]
         trees += [a.path for a in cfg.annotations]
-        return [p for p in dict.fromkeys(flat) if p.is_dir()], [p for p in dict.fromkeys(trees) if p.is_dir()]
+        return list(dict.fromkeys(flat)), list(dict.fromkeys(trees))
 
     def ingest_paths(self, paths: Iterable[Path]) -> Outcome:
         """Read what a change notification named (a hint: nothing else is looked at)

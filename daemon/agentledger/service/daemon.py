@@ -276,7 +276,7 @@ class Daemon:
                     self.notifier.send("READY=1", f"STATUS={self._status()}")
                 if not ready:
                     self.notifier.send("READY=1", f"STATUS={self._status()}")
-                    log.info("ready", watched=len(flat) + len(trees), status=self._status())
+                    log.info("ready", watched=watches.watched, status=self._status())
                     ready = True
                 while (changes := watches.wait(tick, self.stop)) is not None:
                     self.notifier.watchdog()

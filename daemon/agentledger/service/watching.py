@@ -51,9 +51,10 @@ class Watches:
         self.filter = Filter()
         polling, delay, debug = _default_force_polling(force_polling), _default_poll_delay_ms(300), _default_debug(None)
         self._watchers: list[RustNotify] = []
+        self.watched = 0  # directories under watch
         for attempt in range(3):
-            # a directory removed since the caller listed it (a race with the user's tree) is
-            # left out: the watcher would refuse every path for it and the loop would end
+            # only the directories that exist: the watcher refuses every path for one that does
+            # not (not made yet, or removed meanwhile: a race with the user's tree, tried again)
             flat, trees = [p for p in flat if p.is_dir()], [p for p in trees if p.is_dir()]
             deep = set(trees)  # a directory in both is watched once, in depth
             groups = [(paths, recursive) for paths, recursive in
@@ -61,6 +62,7 @@ class Watches:
             try:
                 for paths, recursive in groups or [([], False)]:  # (nothing to watch: one that times out)
                     self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
+                self.watched = sum(len(paths) for paths, _ in groups)
                 return
             except FileNotFoundError:
                 self.close()
