@@ -13,7 +13,10 @@ from pathlib import Path
 
 
 _SPAWNER = r"""
-import json, os, sys, time
+import ctypes, json, os, sys, time
+# a subreaper: what a command leaves running when it exits (its worker pool's forkserver
+# ends just after it) becomes this process's child, is waited for here, and its CPU counted
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 for line in sys.stdin:
     cmd, env, err = json.loads(line)
     t = time.perf_counter()
@@ -27,7 +30,15 @@ for line in sys.stdin:
         finally:
             os._exit(127)
     _, status, usage = os.wait4(pid, 0)
-    print(json.dumps([time.perf_counter() - t, os.waitstatus_to_exitcode(status), usage.ru_maxrss]), flush=True)
+    wall = time.perf_counter() - t
+    cpu = usage.ru_utime + usage.ru_stime  # the command's and every descendant it waited for
+    while True:  # and those it left behind, once they end
+        try:
+            _, _, left = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        cpu += left.ru_utime + left.ru_stime
+    print(json.dumps([wall, os.waitstatus_to_exitcode(status), usage.ru_maxrss, cpu]), flush=True)
 """
 
 
@@ -45,12 +56,14 @@ class Spawner:
         self._proc = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, start_new_session=True)
 
-    def run(self, cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str]:
-        """(wall seconds, exit status, peak RSS KiB, stderr) of one command."""
+    def run(self, cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str, float]:
+        """(wall seconds, exit status, peak RSS KiB, stderr, CPU seconds) of one command;
+        its CPU is user and system time of all its processes (worker pools, git), those
+        that outlive it included: what the cores had to give it."""
         self._proc.stdin.write(json.dumps([cmd, {**os.environ, **(env or {})}, self._err.name]) + "\n")
         self._proc.stdin.flush()
-        seconds, status, peak = json.loads(self._proc.stdout.readline())
-        return seconds, status, peak, Path(self._err.name).read_text(errors="replace")
+        seconds, status, peak, cpu = json.loads(self._proc.stdout.readline())
+        return seconds, status, peak, Path(self._err.name).read_text(errors="replace"), cpu
 
     def close(self, *, stop: bool = False) -> None:
         """Wait for the spawner to end; ``stop``: end it now, with the command it runs (the

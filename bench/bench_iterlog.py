@@ -31,7 +31,11 @@ ledger, inserts a row a score in one transaction and replaces a file an iteratio
 bulk pass of agentledger replaces them (the new file swapped into place with
 ``renameat2(RENAME_EXCHANGE)``, the old one's inode written again for the next, once a
 write lease shows nobody has it open: ``output/spare.py``); for the switch back, the
-same without the records and the transaction. Peak RSS of each command is printed too.
+same without the records and the transaction. Peak RSS of each command is printed too,
+and the CPU time (user and system) of the cold ingest, the backfill and their floors,
+summed over every process of each (worker pools and git included): on a machine whose
+cores all of a command keeps busy, its CPU over the cores is the least its wall time
+can be.
 """
 
 from __future__ import annotations
@@ -60,12 +64,16 @@ SPAWNER = Spawner()  # started before this process generates a log (its own RSS 
 AGENTLEDGER = Path(sys.executable).with_name("agentledger")  # the console script, as the workflow runs it
 
 
-def run(args: list[str], env: dict | None = None, *, script: str | None = None) -> float:
+def run(args: list[str], env: dict | None = None, *, script: str | None = None,
+        cpu: list[float] | None = None) -> float:
     """Seconds one process took (``agentledger ARGS``: the console script beside this
-    Python, else ``python -m agentledger``; or ``python -c SCRIPT ARGS``)."""
+    Python, else ``python -m agentledger``; or ``python -c SCRIPT ARGS``); ``cpu`` gets
+    the CPU seconds all its processes used."""
     me = [str(AGENTLEDGER)] if AGENTLEDGER.exists() else [sys.executable, "-m", "agentledger"]
     cmd = [sys.executable, "-c", script, *args] if script else [*me, *args]
-    dt, status, peak, err = SPAWNER.run(cmd, env)
+    dt, status, peak, err, used = SPAWNER.run(cmd, env)
+    if cpu is not None:
+        cpu.append(used)
     if status != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{err}")
     name = "floor" if script else args[0]
@@ -228,8 +236,10 @@ def bench(n: int, runs: int, out: Path) -> dict:
     db = root / "ledger.sqlite"
     common = ["--iteration-log", str(gen.log), "--repo", str(gen.repo), "--db", str(db), "-q"]
 
-    ingest_s = run(["ingest", "--once", *common])
-    ingest_floor_s = run([str(gen.log), str(gen.repo), str(root / "ingest-floor.sqlite")], script=INGEST_FLOOR)
+    cpu: dict[str, list[float]] = {k: [] for k in ("ingest", "ingest_floor", "backfill", "backfill_floor")}
+    ingest_s = run(["ingest", "--once", *common], cpu=cpu["ingest"])
+    ingest_floor_s = run([str(gen.log), str(gen.repo), str(root / "ingest-floor.sqlite")], script=INGEST_FLOOR,
+                         cpu=cpu["ingest_floor"])
     floor_files(gen.log, remove=True)
     settle(gen.log)
     # a scan with nothing changed compares each file with the ledger when no quiet scan's
@@ -253,10 +263,10 @@ def bench(n: int, runs: int, out: Path) -> dict:
                          script=HOOK_FLOOR))
     (gen.log / "floor.out").unlink()
     served = hook_with_service(gen, common, n + 1 + runs, runs)
-    backfill_s = run(["backfill", *common, "--rubric", "3.0.0"])
+    backfill_s = run(["backfill", *common, "--rubric", "3.0.0"], cpu=cpu["backfill"])
     switch_back_s = run(["backfill", *common, "--rubric", "2.1.0"])
     floor_files(gen.log)  # the floors replace existing files, as both backfills do
-    backfill_floor_s = run([str(gen.log), str(db), "score"], script=SWITCH_FLOOR)
+    backfill_floor_s = run([str(gen.log), str(db), "score"], script=SWITCH_FLOOR, cpu=cpu["backfill_floor"])
     switch_floor_s = run([str(gen.log), str(db), "write"], script=SWITCH_FLOOR)
     floor_files(gen.log, remove=True)
     events = subprocess.run([sys.executable, "-m", "agentledger", "query", "SELECT count(*) AS n FROM events",
@@ -280,6 +290,7 @@ def bench(n: int, runs: int, out: Path) -> dict:
         "backfill_s": round(backfill_s, 2),
         "switch_back_s": round(switch_back_s, 2),
         "events": json.loads(events)[0]["n"],
+        "cpu_s": {k: round(v[0], 2) for k, v in cpu.items()},  # user + system, all of each command's processes
     }
 
 
@@ -324,6 +335,11 @@ def measure(args: argparse.Namespace, out: Path) -> None:
               f" ({r['ingest_once_s'] / r['ingest_floor_s']:.2f}x); backfill {r['backfill_s']:.2f} s against"
               f" {r['backfill_floor_s']:.2f} s; switch back {r['switch_back_s']:.2f} s against"
               f" {r['switch_back_floor_s']:.2f} s")
+        c, cores = r["cpu_s"], os.cpu_count()
+        print(f"{r['iterations']:>7}: CPU (user + system, every process of the command): cold ingest"
+              f" {c['ingest']:.2f} s, its floor {c['ingest_floor']:.2f} s; backfill {c['backfill']:.2f} s, its floor"
+              f" {c['backfill_floor']:.2f} s; on {cores} cores the cold ingest cannot take less than"
+              f" {c['ingest'] / cores:.2f} s, the backfill {c['backfill'] / cores:.2f} s")
     if len(results) >= 2:
         small, big = results[0], results[-1]
         ratio = big["score_new_iteration_median_ms"] / small["score_new_iteration_median_ms"]
