@@ -743,11 +743,83 @@ def test_the_watches_exist_when_made_and_each_is_as_deep_as_it_was_asked(tmp_pat
     gone = tmp_path / "gone"  # listed, then removed before the watch is made: left out, not fatal
     alone = Watches([gone], [tree], debounce_ms=50)  # only trees left: theirs is the watcher a wait blocks on
     try:
-        assert len(alone._watchers) == 1
+        assert alone.groups == [([tree], True), ([tmp_path], False)]  # then gone's parent, watched for it
         (tree / "task-1" / "r3.yaml").write_text("x")
         assert wait_until(lambda: any(p.endswith("r3.yaml") for _, p in alone.wait(100, threading.Event()) or ()), 30)
     finally:
         alone.close()
+
+
+@pytest.mark.parametrize("polling", [None, True])
+def test_a_missing_directory_is_watched_for_through_its_nearest_ancestor(tmp_path: Path, polling) -> None:
+    """A configured directory that is not there yet: its nearest existing ancestor is
+    watched for its own entries; as ``mkdir -p`` makes the way down, each step sets
+    ``moved`` (the service then watches anew), and the ancestor's other entries are never
+    reported as changes."""
+    import threading
+
+    from agentledger.service.watching import Watches
+
+    log, plans = tmp_path / "repo" / "log", tmp_path / "repo" / ".agents" / "workflow" / "plans"
+    log.mkdir(parents=True)
+    stop = threading.Event()
+    watches = Watches([log], [plans], debounce_ms=50, force_polling=polling)
+    try:
+        assert watches.missing == {plans: tmp_path / "repo"} and watches.watched == 1
+        assert watches.groups == [([log, tmp_path / "repo"], False)]  # the ancestor rides with the log
+        (tmp_path / "repo" / "README").write_text("x")  # the ancestor's own entry: no change, nothing moved
+        (log / "iter-1.yaml").write_text("x")
+        assert wait_until(lambda: any(p.endswith("iter-1.yaml") for _, p in watches.wait(100, stop) or ()), 30)
+        assert not watches.moved
+        assert not any(p.endswith("README") for _, p in watches.wait(200, stop) or ())
+        (tmp_path / "repo" / ".agents").mkdir()  # a step nearer
+        assert wait_until(lambda: watches.wait(100, stop) is not None and watches.moved, 30)
+        assert watches.appeared() == [plans]
+    finally:
+        watches.close()
+    nearer = Watches([log], [plans], debounce_ms=50, force_polling=polling)
+    try:
+        assert nearer.missing == {plans: tmp_path / "repo" / ".agents"}
+        (tmp_path / "repo" / ".agents").rmdir()  # the ancestor watched for it goes: watched for anew
+        assert wait_until(lambda: nearer.wait(100, stop) is not None and nearer.moved, 30)
+        assert nearer.appeared() == [plans]
+    finally:
+        nearer.close()
+    (plans / "task-1").mkdir(parents=True)
+    again = Watches([log], [plans], debounce_ms=50, force_polling=polling)  # what the service makes next
+    try:
+        assert again.missing == {} and again.groups == [([log], False), ([plans], True)]
+        (plans / "task-1" / "TASK.yaml").write_text("x")
+        assert wait_until(lambda: any(p.endswith("TASK.yaml") for _, p in again.wait(100, stop) or ()), 30)
+    finally:
+        again.close()
+
+
+def test_a_verification_directory_made_while_the_service_runs_is_watched(tmp_path: Path) -> None:
+    """The artifacts' tree is missing when the service starts (a repository whose agent has
+    verified nothing yet); it appears whole (moved into place), then one of its artifacts
+    flips: the service watched its parent for it, watched it anew and heard the flip,
+    with a reconcile an hour away."""
+    from agentledger.example import synth
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    verification = gen.repo / ".agents/active/verification"
+    aside = tmp_path / "verification-aside"
+    verification.rename(aside)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 3600\n'
+                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
+    sidecar = gen.log / "iter-21.score.yaml"
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        verifier = "signal: verifier\n      label: Verifier results\n      present: {}\n      sub_score: {}\n"
+        assert verifier.format("false", 0) in sidecar.read_text()  # its artifact is not there
+        aside.rename(verification)
+        assert wait_until(lambda: "watching anew" in (tmp_path / "daemon.log").read_text(), 60)
+        assert wait_until(lambda: verifier.format("true", 0.5) in sidecar.read_text(), 60)  # the catch-up read it
+        (verification / "task-21/test.result.yaml").write_text("schema_version: 1\nstatus: fail\n")
+        assert wait_until(lambda: verifier.format("true", 0) in sidecar.read_text(), 60)  # the new watch heard it
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:

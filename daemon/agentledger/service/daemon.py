@@ -288,6 +288,9 @@ class Daemon:
                         self.requests.put("reconcile")
                     if self._drain():  # a reload took effect: watch its paths
                         break
+                    if watches.moved:  # a watched directory that was missing is there (or nearer)
+                        log.info("watching anew", closer=[str(p) for p in watches.appeared()])
+                        break
                     if self.signals.stopping():
                         return
             finally:

@@ -14,6 +14,12 @@ flat directories (iteration logs, transcripts: their sources read no subdirector
 recursive, for the trees. A wait blocks on the flat directories' watcher (a closed
 iteration's record lands there) and then takes what the trees' watcher holds, without
 waiting; a change in a tree alone is heard at the next tick.
+
+A configured directory that does not exist yet (a repository whose agent has written no
+plan or verification artifact so far) cannot be watched: its nearest existing ancestor is
+watched instead, for its own entries, and once a wait sees that ancestor gain the next
+component on the way, the watches say so (``moved``) and the service makes them again,
+then catches up with a scan (what was written there before the new watch existed).
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ class Filter(watchfiles.DefaultFilter):
 
 class Watches:
     """Watchers of ``flat`` (their entries only) and of ``trees`` (recursive), existing
-    from the moment this is made, of those directories that exist then; ``close`` ends them."""
+    from the moment this is made, of those directories that exist then, and of the nearest
+    existing ancestor of each that does not (its entries only); ``close`` ends them."""
 
     def __init__(self, flat: list[Path], trees: list[Path], *, debounce_ms: int, step_ms: int = 20,
                  force_polling: bool | None = None) -> None:
@@ -51,23 +58,43 @@ class Watches:
         self.filter = Filter()
         polling, delay, debug = _default_force_polling(force_polling), _default_poll_delay_ms(300), _default_debug(None)
         self._watchers: list[RustNotify] = []
-        self.watched = 0  # directories under watch
-        for attempt in range(3):
+        self.groups: list[tuple[list[Path], bool]] = []  # each watcher's directories and depth, in order
+        self.watched = 0  # configured directories under watch
+        self.missing: dict[Path, Path] = {}  # a configured directory not there -> the ancestor watched for it
+        self.moved = False  # set by ``wait``: a missing directory's nearest existing ancestor changed
+        self._guards: dict[Path, bool] = {}  # each ancestor watched for one -> watched for that alone
+        ancestors = True
+        for attempt in range(4):
             # only the directories that exist: the watcher refuses every path for one that does
             # not (not made yet, or removed meanwhile: a race with the user's tree, tried again)
-            flat, trees = [p for p in flat if p.is_dir()], [p for p in trees if p.is_dir()]
-            deep = set(trees)  # a directory in both is watched once, in depth
-            groups = [(paths, recursive) for paths, recursive in
-                      (([p for p in flat if p not in deep], False), (trees, True)) if paths]
+            here_flat, here_trees = [p for p in flat if p.is_dir()], [p for p in trees if p.is_dir()]
+            deep = set(here_trees)  # a directory in both is watched once, in depth
+            here_flat = [p for p in here_flat if p not in deep]
+            self.missing = {p: a for p in dict.fromkeys([*flat, *trees]) if ancestors and not p.is_dir()
+                            and (a := _nearest_existing(p)) is not None}
+            covered = set(here_flat)  # an ancestor already watched for its entries needs no watch of its own
+            guards = [a for a in dict.fromkeys(self.missing.values())
+                      if a not in covered and not any(a == t or t in a.parents for t in here_trees)]
+            self._guards = {a: a in guards for a in self.missing.values()}
+            # the watcher a wait blocks on comes first: the flat directories' (a closed record
+            # lands there), else the trees'; ancestors of missing ones ride with the flat ones
+            groups = [(here_flat + guards, False), (here_trees, True)] if here_flat else \
+                [(here_trees, True), (guards, False)]
+            self.groups = [(paths, recursive) for paths, recursive in groups if paths]
             try:
-                for paths, recursive in groups or [([], False)]:  # (nothing to watch: one that times out)
+                for paths, recursive in self.groups or [([], False)]:  # (nothing to watch: one that times out)
                     self._watchers.append(RustNotify([str(p) for p in paths], debug, polling, delay, recursive, True))
-                self.watched = sum(len(paths) for paths, _ in groups)
+                self.watched = len(here_flat) + len(here_trees)
                 return
             except FileNotFoundError:
                 self.close()
-                if attempt == 2:
+                if attempt == 3:
                     raise
+            except Exception:
+                self.close()
+                if not (ancestors and guards):
+                    raise
+                ancestors = False  # an ancestor that cannot be watched: without them, as before
             except BaseException:
                 self.close()
                 raise
@@ -88,10 +115,34 @@ class Watches:
                 raw |= more
             elif more != "timeout":
                 return None
+        if self._guards and raw:
+            raw = self._past_guards(raw)
         return {(c, p) for c, p in ((watchfiles.Change(k), p) for k, p in raw) if self.filter(c, p)}
+
+    def _past_guards(self, raw: set) -> set:
+        """``raw`` less the entries of ancestors watched only for a missing directory's sake,
+        noting (``moved``) when one of those directories, or an ancestor nearer to it, exists
+        now (``mkdir -p`` makes several at once; each nearer one is watched in turn)."""
+        near = {q for _, p in raw for q in (Path(p), Path(p).parent)}  # an entry, or the ancestor itself going
+        if near & self._guards.keys() and self.appeared():
+            self.moved = True
+        own = {a for a, alone in self._guards.items() if alone}
+        return {(k, p) for k, p in raw if Path(p).parent not in own and Path(p) not in own}
+
+    def appeared(self) -> list[Path]:
+        """The missing directories that exist now, or whose nearest existing ancestor is
+        not the one watched for them (a nearer one was made, or that one was removed)."""
+        return [p for p, a in self.missing.items() if _nearest_existing(p) != a]
 
     def close(self) -> None:
         for w in self._watchers:
             w.close()
         self._watchers = []
 
+
+def _nearest_existing(path: Path) -> Path | None:
+    """The nearest ancestor of ``path`` that is a directory (``path`` itself when it is)."""
+    for p in (path, *path.parents):
+        if p.is_dir():
+            return p
+    return None
