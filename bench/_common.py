@@ -16,7 +16,8 @@ _SPAWNER = r"""
 import ctypes, json, os, sys, time
 # a subreaper: what a command leaves running when it exits (its worker pool's forkserver
 # ends just after it) becomes this process's child, is waited for here, and its CPU counted
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER): a command's CPU would be undercounted")
 for line in sys.stdin:
     cmd, env, err = json.loads(line)
     t = time.perf_counter()
@@ -62,7 +63,10 @@ class Spawner:
         that outlive it included: what the cores had to give it."""
         self._proc.stdin.write(json.dumps([cmd, {**os.environ, **(env or {})}, self._err.name]) + "\n")
         self._proc.stdin.flush()
-        seconds, status, peak, cpu = json.loads(self._proc.stdout.readline())
+        line = self._proc.stdout.readline()
+        if not line:  # the spawner failed (it says why on this process's stderr)
+            raise SystemExit(f"the benchmark's spawner ended (exit status {self._proc.wait()})")
+        seconds, status, peak, cpu = json.loads(line)
         return seconds, status, peak, Path(self._err.name).read_text(errors="replace"), cpu
 
     def close(self, *, stop: bool = False) -> None:
