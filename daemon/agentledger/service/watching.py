@@ -62,20 +62,24 @@ class Watches:
         self.watched = 0  # configured directories under watch
         self.missing: dict[Path, Path] = {}  # a configured directory not there -> the ancestor watched for it
         self.moved = False  # set by ``wait``: a missing directory's nearest existing ancestor changed
-        self._guards: dict[Path, bool] = {}  # each ancestor watched for one -> watched for that alone
+        self._ancestors: set[Path] = set()  # those watched for missing directories
+        self._alone: set[Path] = set()  # ... of which watched for that alone (their entries are not reported)
         ancestors = True
         for attempt in range(4):
             # only the directories that exist: the watcher refuses every path for one that does
             # not (not made yet, or removed meanwhile: a race with the user's tree, tried again)
-            here_flat, here_trees = [p for p in flat if p.is_dir()], [p for p in trees if p.is_dir()]
+            listed = list(dict.fromkeys([*flat, *trees]))
+            present = {p for p in listed if p.is_dir()}  # (one stat a directory)
+            here_trees = [p for p in trees if p in present]
             deep = set(here_trees)  # a directory in both is watched once, in depth
-            here_flat = [p for p in here_flat if p not in deep]
-            self.missing = {p: a for p in dict.fromkeys([*flat, *trees]) if ancestors and not p.is_dir()
-                            and (a := _nearest_existing(p)) is not None}
-            covered = set(here_flat)  # an ancestor already watched for its entries needs no watch of its own
+            here_flat = [p for p in flat if p in present and p not in deep]
+            self.missing = {p: a for p in listed if p not in present
+                            and (a := _nearest_existing(p.parent)) is not None} if ancestors else {}
+            self._ancestors = set(self.missing.values())
+            # an ancestor already watched for its entries (a flat directory, or inside a tree) needs no watch of its own
             guards = [a for a in dict.fromkeys(self.missing.values())
-                      if a not in covered and not any(a == t or t in a.parents for t in here_trees)]
-            self._guards = {a: a in guards for a in self.missing.values()}
+                      if a not in here_flat and not any(a == t or t in a.parents for t in here_trees)]
+            self._alone = set(guards)
             # the watcher a wait blocks on comes first: the flat directories' (a closed record
             # lands there), else the trees'; ancestors of missing ones ride with the flat ones
             groups = [(here_flat + guards, False), (here_trees, True)] if here_flat else \
@@ -115,19 +119,18 @@ class Watches:
                 raw |= more
             elif more != "timeout":
                 return None
-        if self._guards and raw:
-            raw = self._past_guards(raw)
+        if self._ancestors and raw:
+            raw = self._past_ancestors(raw)
         return {(c, p) for c, p in ((watchfiles.Change(k), p) for k, p in raw) if self.filter(c, p)}
 
-    def _past_guards(self, raw: set) -> set:
+    def _past_ancestors(self, raw: set) -> set:
         """``raw`` less the entries of ancestors watched only for a missing directory's sake,
         noting (``moved``) when one of those directories, or an ancestor nearer to it, exists
         now (``mkdir -p`` makes several at once; each nearer one is watched in turn)."""
         near = {q for _, p in raw for q in (Path(p), Path(p).parent)}  # an entry, or the ancestor itself going
-        if near & self._guards.keys() and self.appeared():
+        if near & self._ancestors and self.appeared():
             self.moved = True
-        own = {a for a, alone in self._guards.items() if alone}
-        return {(k, p) for k, p in raw if Path(p).parent not in own and Path(p) not in own}
+        return {(k, p) for k, p in raw if Path(p).parent not in self._alone and Path(p) not in self._alone}
 
     def appeared(self) -> list[Path]:
         """The missing directories that exist now, or whose nearest existing ancestor is
