@@ -392,6 +392,29 @@ def test_an_imported_event_with_an_unreadable_time_is_one_clear_line(pg, tmp_pat
         assert c.execute("SELECT count(*) FROM ship_cursors WHERE last_seq > 0").fetchone()[0] == 0
 
 
+def test_a_payload_with_a_lone_surrogate_of_either_half_arrives_exactly(pg, tmp_path: Path) -> None:
+    """A ledger may hold a payload whose text escapes a lone surrogate, low (\\udc00) or
+    high (\\ud800): imported before the import refused them. JSONB holds neither: each
+    arrives exactly in payload_text, with U+FFFD in its JSONB, and the pass ships
+    everything (a lone low one used to fail the batch's COPY, at every pass)."""
+    import psycopg
+
+    a, _ = machine(tmp_path / "a", 5)
+    with sqlite3.connect(a) as c:
+        for n, lone in enumerate(["\\udc00", "\\ud800"]):
+            c.execute("INSERT INTO events (stream, type, schema_version, idempotency_key, content_hash,"
+                      " recorded_at, source, payload) VALUES ('s', 'artifact.recorded', 1, ?, 'h',"
+                      " '2026-11-28T00:00:00Z', 'src', ?)",
+                      (f"lone-{n}", '{"path":"p%d","artifact":{"note":"lone %s half"}}' % (n, lone)))
+    url = pg.create_database("surrogates")
+    proc = ship(url, a)
+    assert proc.returncode == 0, proc.stderr
+    assert_exactly_the_union(url, [a])
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT payload->'artifact'->>'note' FROM agentledger.events WHERE payload_text IS NOT NULL"
+                         " ORDER BY seq").fetchall() == [("lone \ufffd half",), ("lone \ufffd half",)]
+
+
 def test_migration_2_gives_the_payloads_jsonb_could_not_hold_a_jsonb_the_projections_read(pg) -> None:
     """A database made by migration 1 may hold events whose payload had a NUL (no JSONB,
     exact text only): migration 2 gives them a JSONB with U+FFFD for each NUL that is

@@ -152,6 +152,37 @@ def _count(db: Path) -> int:
         return c.execute("SELECT count(*) FROM events").fetchone()[0]
 
 
+def test_an_import_with_a_lone_surrogate_is_one_clear_line_and_a_pair_is_taken(tmp_path: Path) -> None:
+    """A JSON string can escape half a UTF-16 pair alone (\\udc00): not text. An export
+    line holding one is refused with one line and nothing imported (it used to end the
+    import with a traceback, from the projections' SQLite text); an escaped pair (an
+    emoji) is text and is taken."""
+    _, db, _ = setup(tmp_path)
+    lines = _export(db)
+    labels = [x for x in lines if x["type"] == "iteration.recorded"][:2]
+    fresh = tmp_path / "fresh.sqlite"
+    for lone in ["\udc00", "\ud800"]:
+        bad = json.loads(json.dumps(labels[0]))
+        bad["payload"]["record"]["task_id"] = f"lone {lone} half"
+        path = tmp_path / "lone.jsonl"
+        path.write_text(json.dumps(labels[1]) + "\n" + json.dumps(bad) + "\n")  # escaped: ensure_ascii
+        assert "\\ud" in path.read_text()
+        proc = cli_subprocess("import", str(path), "--db", str(fresh))
+        err = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert proc.returncode == 1 and len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"line 2: a string holds a lone surrogate (U+{ord(lone):04X})" in err[0]
+        assert _count(fresh) == 0
+    pair = json.loads(json.dumps(labels[0]))
+    pair["payload"]["record"]["task_id"] = "a pair \U0001F600 here"
+    path = tmp_path / "pair.jsonl"
+    path.write_text(json.dumps(pair) + "\n")
+    assert "\\ud83d\\ude00" in path.read_text()
+    proc = cli_subprocess("import", str(path), "--db", str(fresh))
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(fresh) as c:
+        assert c.execute("SELECT task_id FROM iterations").fetchall() == [("a pair \U0001F600 here",)]
+
+
 def test_an_imported_score_never_reaches_a_sidecar_before_this_ledger_scored_it(tmp_path: Path) -> None:
     gen, db, args = setup(tmp_path)
     lines = _export(db)

@@ -47,10 +47,11 @@ LOCAL_BATCH = ("SELECT seq, stream, type, schema_version, idempotency_key, conte
                " source, source_path, source_position, CAST(payload AS BLOB) FROM events"
                " WHERE seq > ? ORDER BY seq LIMIT ?")
 ORIGINS = "SELECT seq, origin, origin_seq FROM event_origins WHERE seq > ? AND seq <= ?"
-# JSONB refuses a NUL character in a string, and a lone surrogate: such a payload keeps
-# its exact text in payload_text, and its JSONB has U+FFFD in their places, so that the
-# projections and views still read it. A false alarm only stores the text twice.
-_UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89abAB][0-9a-fA-F]{2}")
+# JSONB refuses a NUL character in a string, and a lone surrogate, high or low: such a
+# payload keeps its exact text in payload_text, and its JSONB has U+FFFD in their places,
+# so that the projections and views still read it. Every surrogate escape is looked at:
+# a pair's is a false alarm, which only stores the text twice.
+_UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # A batch is copied straight into the events table (binary COPY: psycopg's C code
 # writes the rows, no escaping pass over the payloads). A batch the server already
 # holds in part (sent before a crash, or events imported from a ledger that shipped
