@@ -302,6 +302,14 @@ def test_file_lifecycle_and_bad_input(tmp_path: Path) -> None:
     ingest(tmp_path, root)
     assert rows(tmp_path, "SELECT count(*) FROM trajectories WHERE path = 't.md'") == [(0,)]
     assert rows(tmp_path, "SELECT count(*) FROM trajectory_lines WHERE path = 't.md'") == [(0,)]
+    # put back as it was, then an edit made once more: each is recorded again (their keys
+    # name where the file's history stood, not only its content before and after)
+    shutil.copy(good, f)
+    ingest(tmp_path, root)
+    assert rows(tmp_path, "SELECT verdict FROM trajectories WHERE path = 't.md'") == [("perfect",)]
+    f.write_text(good.read_text().replace("verdict: perfect", "verdict: wrong-answer"))
+    ingest(tmp_path, root)
+    assert rows(tmp_path, "SELECT verdict FROM trajectories WHERE path = 't.md'") == [("wrong-answer",)]
 
 
 def test_lint_reports_file_and_line_and_exits_1(tmp_path: Path) -> None:

@@ -1041,3 +1041,56 @@ def test_a_full_sync_takes_each_sidecars_stat_from_the_scans_listing(tmp_path: P
     _settled(gen.log)
     code, out, _ = run_cli("ingest", *args)
     assert code == 0 and json.loads(out)["sidecars_written"] == 1 and sidecar.read_text() == right
+
+
+def test_a_file_put_back_as_it_was_and_an_edit_made_again_are_recorded_again(tmp_path: Path) -> None:
+    """A record removed and put back as it was (``git stash``, a checkout), twice; an edit
+    of it undone and made again; an artifact removed and put back: after each ingest the
+    ledger holds what a fresh ledger makes of the files as they are, records, artifacts
+    and scores. Each change's key names where its file's history stood, and a score's the
+    score it replaces: they used to be made of the content (or inputs) before and after
+    alone, so a change made again had the first one's key, and the ledger dropped it as
+    that one sent twice (the record stayed removed; the edit made again kept the score of
+    the undone one)."""
+    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    args = ["--iteration-log", str(gen.log), "--repo", str(gen.repo)]
+
+    def ingest(db: Path) -> None:
+        code, _, err = run_cli("ingest", *args, "--db", str(db))
+        assert code == 0, err
+
+    def held(db: Path) -> tuple[list, list, list]:
+        with sqlite3.connect(db) as c:
+            return (c.execute("SELECT iteration, task_id, content_hash FROM iterations ORDER BY 1").fetchall(),
+                    c.execute("SELECT path, kind, available, artifact, content_hash FROM artifacts ORDER BY 1").fetchall(),
+                    c.execute("SELECT s.iteration, s.inputs_hash, s.value, s.band FROM latest_scores s"
+                              " JOIN iterations i USING (source, iteration) ORDER BY 1").fetchall())
+
+    def as_fresh(step: str) -> None:
+        ingest(db)
+        fresh = tmp_path / f"fresh-{step}.sqlite"
+        ingest(fresh)
+        assert held(db) == held(fresh), step
+
+    db = tmp_path / "l.sqlite"
+    ingest(db)
+    record, artifact = gen.log / "iter-3.yaml", gen.repo / ".agents/active/verification/task-7/test.result.yaml"
+    text, verdict = record.read_text(), artifact.read_text()
+    for k in range(2):
+        record.unlink()
+        as_fresh(f"removed {k}")
+        assert 3 not in [r[0] for r in held(db)[0]]
+        record.write_text(text)
+        as_fresh(f"put back {k}")
+        assert (3, "t3-0") in [r[:2] for r in held(db)[0]]
+    edited = text.replace("task_id: t3-0", "task_id: t3-edited")
+    assert edited != text
+    for k, now in enumerate([edited, text, edited]):
+        record.write_text(now)
+        as_fresh(f"edit {k}")
+    assert (3, "t3-edited") in [r[:2] for r in held(db)[0]]
+    artifact.unlink()
+    as_fresh("artifact removed")
+    artifact.write_text(verdict)
+    as_fresh("artifact put back")
+    assert any(r[0] == ".agents/active/verification/task-7/test.result.yaml" for r in held(db)[1])

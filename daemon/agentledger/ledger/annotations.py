@@ -47,9 +47,11 @@ class Annotations:
             todo += sorted(set(known) - set(todo))  # gone since the last scan
         for start in range(0, len(todo), BATCH_FILES):
             changes = []  # rebound first: the last batch's parsed documents are freed before these are read
+            after = commit.history(self.ctx.conn, [f"{src.id}:{rel}" for rel in todo[start:start + BATCH_FILES]])
             for rel in todo[start:start + BATCH_FILES]:
                 change = self._look(src, rel, known.get(rel), report)
                 if change is not None:
+                    commit.placed(change[3], after.get(f"{src.id}:{rel}"))
                     changes.append(change)
             if not changes:
                 continue

@@ -10,7 +10,9 @@ or a byte offset with its line count and fingerprint.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 
 from ..store.events import Event
@@ -28,6 +30,29 @@ def transaction(ctx: Context) -> Iterator[Batch]:
     with ctx.log.batch() as batch:
         yield batch
     ctx.touched.merge(batch.touched)
+
+
+def history(conn: sqlite3.Connection, streams: list[str]) -> dict[str, int]:
+    """The seq of each stream's last event, for those that have one (one query: a cold
+    ingest's streams have none yet). Read beside the checkpoints a file's change is
+    observed against, it is where the file's history stood: see ``placed``."""
+    if not streams:
+        return {}
+    return dict(conn.execute("SELECT stream, max(seq) FROM events WHERE stream IN (SELECT value FROM json_each(?))"
+                             " GROUP BY stream", (json.dumps(streams),)))
+
+
+def placed(events: list[Event], at: int | None) -> list[Event]:
+    """``events`` (a whole file's change), each key ending with where the file's history
+    stood (``history``). A change is named by its file and its content before and after;
+    without its place, the same change made again later (a record removed and put back,
+    an edit undone and made again) would have the first one's key, and the ledger would
+    take it for that one sent twice and drop it. Two writers that observed the same
+    change against the same checkpoint still give it one key."""
+    if at is not None:
+        for ev in events:
+            ev.idempotency_key += f"|after:{at}"
+    return events
 
 
 def record(batch: Batch, events: list[Event], report: Outcome, where: object, *,

@@ -215,6 +215,7 @@ class IterationLogs:
         """What reading each candidate found, as the workers find it: a cold ingest of
         100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, cands, rels)
+        after = commit.history(self.ctx.conn, [f"{src.id}:{cand.rel}" for cand in cands])
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         moved = False
         for job, obs in zip(jobs, pmap(observe_job, jobs)):
@@ -226,6 +227,7 @@ class IterationLogs:
                 report.files_read += obs.digest is not None and not obs.unchanged
                 cp = cps.get(obs.cand.rel)
                 obs.prev = cp["content_hash"] if cp is not None else None
+                obs.after = after.get(f"{src.id}:{obs.cand.rel}")
                 yield obs
 
     def _commit(self, src: IterationLogSource, observations: Iterable[S.Observation], report: Outcome) -> None:
@@ -246,6 +248,7 @@ class IterationLogs:
                     for i, ev in enumerate(events):
                         ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{obs.prev or '-'}|{i}"
                         ev.occurred_at = occurred
+                    commit.placed(events, obs.after)
                 files.append((events, FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest),
                               obs.cand.abs))
             with commit.transaction(self.ctx) as batch:

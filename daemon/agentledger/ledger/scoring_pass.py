@@ -210,23 +210,23 @@ class ScoringPass:
                    part: list[int] | None) -> list[tuple]:
         """One part's jobs, read through ``inputs``' connection (the gathering thread's own)."""
         self.ctx.check_stop()  # before each part, the first included: a stop need not wait for a batch's commit
-        sql = ("SELECT s.iteration, s.inputs_hash, u.seq FROM scores s LEFT JOIN imported_scores u"
+        sql = ("SELECT s.iteration, s.inputs_hash, s.seq, u.seq FROM scores s LEFT JOIN imported_scores u"
                " ON u.seq = s.seq WHERE s.source = ? AND s.rubric_version = ?")
         args: list = [src.id, version]
         if part is not None:
             sql += " AND s.iteration IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(part))
-        existing, imported = {}, {}
-        for it, digest, imported_seq in inputs.conn.execute(sql, args):
+        existing, replaces = {}, {}
+        for it, digest, seq, imported_seq in inputs.conn.execute(sql, args):
             if imported_seq is None:
                 existing[it] = digest
+                # the score replaced, by its inputs and its seq: inputs that go back and forth
+                # (A, B, A, B) make a new score each time, not one the key already names
+                replaces[it] = f"{digest}@{seq}"
             else:  # an imported score is scored again here, from the inputs, before it counts
-                imported[it] = f"imported-{imported_seq}"
-        jobs = []
-        for g in inputs.gather(src, part):
-            prev = existing.get(g.iteration)
-            jobs.append((version, marker, g, prev, prev or imported.get(g.iteration)))
-        return jobs
+                replaces[it] = f"imported-{imported_seq}"
+        return [(version, marker, g, existing.get(g.iteration), replaces.get(g.iteration))
+                for g in inputs.gather(src, part)]
 
     def _events(self, src: IterationLogSource, version: str, jobs: Iterator[tuple], total: int,
                 report: Outcome, results: list[int]) -> Iterator[Event]:
