@@ -686,11 +686,7 @@ def test_a_change_deep_in_the_artifacts_tree_and_a_new_record_are_both_heard(tmp
     the log directory is scored too. A reconcile is an hour away: the watches heard both."""
     from agentledger.example import synth
 
-    gen = synth.generate(tmp_path / "gen", 30, seed=3)
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 3600\n'
-                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
-    sidecar = gen.log / "iter-21.score.yaml"
+    gen, cfg, sidecar = _generated_service(tmp_path)
     artifact = gen.repo / ".agents/active/verification/task-21/test.result.yaml"
     assert artifact.read_text() != "schema_version: 1\nstatus: fail\n"
     with running(tmp_path, cfg) as (proc, notify):
@@ -702,6 +698,18 @@ def test_a_change_deep_in_the_artifacts_tree_and_a_new_record_are_both_heard(tmp
         synth.add_iteration(gen, 31)
         assert wait_until(lambda: (gen.log / "iter-31.score.yaml").is_file(), 60)
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
+def _generated_service(tmp_path: Path):
+    """A generated repository of 30 iterations and the service's configuration for it, its
+    reconcile an hour away: (the generated log, the configuration, iteration 21's sidecar)."""
+    from agentledger.example import synth
+
+    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    cfg = tmp_path / "agentledger.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 3600\n'
+                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
+    return gen, cfg, gen.log / "iter-21.score.yaml"
 
 
 @pytest.mark.parametrize("polling", [None, True])
@@ -788,9 +796,17 @@ def test_a_missing_directory_is_watched_for_through_its_nearest_ancestor(tmp_pat
     (plans / "task-1").mkdir(parents=True)
     again = Watches([log], [plans], debounce_ms=50, force_polling=polling)  # what the service makes next
     try:
-        assert again.missing == {} and again.groups == [([log], False), ([plans], True)]
+        # each present one's parent is watched for its entry (the ancestors ride with the log)
+        assert again.missing == {} and again.groups == [([log, tmp_path / "repo", plans.parent], False),
+                                                        ([plans], True)]
         (plans / "task-1" / "TASK.yaml").write_text("x")
         assert wait_until(lambda: any(p.endswith("TASK.yaml") for _, p in again.wait(100, stop) or ()), 30)
+        assert not again.moved
+        (plans / "task-1" / "TASK.yaml").unlink()
+        (plans / "task-1").rmdir()
+        plans.rename(plans.parent / "plans-aside")  # gone (renamed away: its watch went along)
+        assert wait_until(lambda: again.wait(100, stop) is not None and again.moved, 30)
+        assert again.appeared() == [plans]
     finally:
         again.close()
 
@@ -800,16 +816,10 @@ def test_a_verification_directory_made_while_the_service_runs_is_watched(tmp_pat
     verified nothing yet); it appears whole (moved into place), then one of its artifacts
     flips: the service watched its parent for it, watched it anew and heard the flip,
     with a reconcile an hour away."""
-    from agentledger.example import synth
-
-    gen = synth.generate(tmp_path / "gen", 30, seed=3)
+    gen, cfg, sidecar = _generated_service(tmp_path)
     verification = gen.repo / ".agents/active/verification"
     aside = tmp_path / "verification-aside"
     verification.rename(aside)
-    cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{tmp_path / "l.sqlite"}"\n[daemon]\nreconcile_seconds = 3600\n'
-                   f'[[iteration_logs]]\npath = "{gen.log}"\nrepo = "{gen.repo}"\n')
-    sidecar = gen.log / "iter-21.score.yaml"
     with running(tmp_path, cfg) as (proc, notify):
         assert notify.wait_for("READY=1", 60)
         verifier = "signal: verifier\n      label: Verifier results\n      present: {}\n      sub_score: {}\n"
@@ -820,6 +830,65 @@ def test_a_verification_directory_made_while_the_service_runs_is_watched(tmp_pat
         (verification / "task-21/test.result.yaml").write_text("schema_version: 1\nstatus: fail\n")
         assert wait_until(lambda: verifier.format("true", 0) in sidecar.read_text(), 60)  # the new watch heard it
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_watched_directory_removed_and_made_again_is_watched_again(tmp_path: Path) -> None:
+    """The artifacts' tree is there when the service starts; a tool removes it and makes it
+    again (a clean-up between tasks), with one artifact changed; later another flips. Its
+    watch died with it: the service watches its parent for its entry, watches it anew and
+    scans, and hears the later flip, with a reconcile an hour away."""
+    import shutil
+
+    gen, cfg, sidecar = _generated_service(tmp_path)
+    verification = gen.repo / ".agents/active/verification"
+    verifier = "signal: verifier\n      label: Verifier results\n      present: true\n      sub_score: {}\n"
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        assert verifier.format(0.5) in sidecar.read_text()
+        kept = tmp_path / "kept"
+        shutil.copytree(verification, kept)
+        shutil.rmtree(verification)
+        (kept / "task-21/test.result.yaml").write_text("schema_version: 1\nstatus: fail\n")
+        shutil.copytree(kept, verification)
+        assert wait_until(lambda: verifier.format(0) in sidecar.read_text(), 60)
+        (verification / "task-21/test.result.yaml").write_text("schema_version: 1\nstatus: pass\n")
+        assert wait_until(lambda: "signal: verifier" in (text := sidecar.read_text())
+                          and verifier.format(0) not in text, 60)  # the new watch heard it
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_directory_flipping_in_and_out_of_place_makes_few_rescans_and_no_failure(tmp_path: Path) -> None:
+    """Someone who can write in the repository moves a missing watched directory in and
+    out of place as fast as they can: each appearance would make the service watch anew
+    and scan everything again. It watches anew at most once every REWATCH_GAP_S (what
+    appeared meanwhile waits for that scan: nothing is lost), its loop outlives a watch
+    made on a directory that is gone again, and once the flipping stops with the
+    directory in place its artifacts are read."""
+    from agentledger.service.daemon import REWATCH_GAP_S
+
+    gen, cfg, sidecar = _generated_service(tmp_path)
+    verification = gen.repo / ".agents/active/verification"
+    aside = tmp_path / "verification-aside"
+    verification.rename(aside)
+    log = tmp_path / "daemon.log"
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        began = time.monotonic()
+        flips = 0
+        while time.monotonic() - began < 3 * REWATCH_GAP_S:  # the attack: three gaps' worth of flipping
+            aside.rename(verification)
+            verification.rename(aside)
+            flips += 1
+        aside.rename(verification)
+        verifier = "signal: verifier\n      label: Verifier results\n      present: true\n      sub_score: 0.5\n"
+        assert wait_until(lambda: verifier in sidecar.read_text(), 60)  # the last watch's scan read it
+        elapsed = time.monotonic() - began
+        rewatches = log.read_text().count("watching anew")
+        assert flips > 100 and 1 <= rewatches <= 2 + elapsed / REWATCH_GAP_S, (flips, rewatches, elapsed)
+        assert proc.poll() is None
+        (verification / "task-21/test.result.yaml").write_text("schema_version: 1\nstatus: fail\n")
+        assert wait_until(lambda: verifier.replace("0.5", "0") in sidecar.read_text(), 60)  # and it watches it
+    assert "Traceback" not in log.read_text()
 
 
 def test_ship_without_the_central_extra_is_one_line_and_run_does_not_retry(tmp_path: Path, make_repo) -> None:

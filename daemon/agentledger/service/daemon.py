@@ -49,6 +49,10 @@ from .watching import Changes, Watches
 
 log = structlog.get_logger("agentledger.daemon")
 TICK_MS = 100  # how often the main loop runs with nothing changing (the watchdog, the scheduler's requests)
+# Watching anew (a watched directory appeared, went or was replaced) ends with a scan of
+# everything: at most one per this many seconds, whoever moves directories in and out of
+# place (what happened meanwhile waits for that scan; nothing is lost).
+REWATCH_GAP_S = 2.0
 
 
 def load_checked(load: Callable[[], Config]) -> Config | None:
@@ -261,6 +265,7 @@ class Daemon:
         if self.notifier.watchdog_interval:
             tick = max(50, min(tick, int(self.notifier.watchdog_interval * 1000 / 2)))
         ready = False
+        rewatch_at = 0.0  # the earliest time to watch anew (REWATCH_GAP_S)
         while not self.signals.stopping():
             flat, trees = self.ledger.watch_paths()
             watches = Watches(flat, trees, debounce_ms=self.cfg.daemon.debounce_ms,
@@ -288,8 +293,9 @@ class Daemon:
                         self.requests.put("reconcile")
                     if self._drain():  # a reload took effect: watch its paths
                         break
-                    if watches.moved:  # a watched directory that was missing is there (or nearer)
-                        log.info("watching anew", closer=[str(p) for p in watches.appeared()])
+                    if watches.moved and time.monotonic() >= rewatch_at:  # a watched directory came or went
+                        log.info("watching anew", changed=[str(p) for p in watches.appeared()])
+                        rewatch_at = time.monotonic() + REWATCH_GAP_S
                         break
                     if self.signals.stopping():
                         return

@@ -19,7 +19,10 @@ A configured directory that does not exist yet (a repository whose agent has wri
 plan or verification artifact so far) cannot be watched: its nearest existing ancestor is
 watched instead, for its own entries, and once a wait sees that ancestor gain the next
 component on the way, the watches say so (``moved``) and the service makes them again,
-then catches up with a scan (what was written there before the new watch existed).
+then catches up with a scan (what was written there before the new watch existed). A
+directory that exists is watched for the same way, through its parent: its watch dies with
+it when a tool removes it (or renames it away) and makes it again, and it is then watched
+anew as well.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ class Filter(watchfiles.DefaultFilter):
 
 class Watches:
     """Watchers of ``flat`` (their entries only) and of ``trees`` (recursive), existing
-    from the moment this is made, of those directories that exist then, and of the nearest
-    existing ancestor of each that does not (its entries only); ``close`` ends them."""
+    from the moment this is made, of those directories that exist then, of the parent of
+    each of them and the nearest existing ancestor of each that does not (their entries
+    only, for those directories' sake); ``close`` ends them."""
 
     def __init__(self, flat: list[Path], trees: list[Path], *, debounce_ms: int, step_ms: int = 20,
                  force_polling: bool | None = None) -> None:
@@ -61,8 +65,10 @@ class Watches:
         self.groups: list[tuple[list[Path], bool]] = []  # each watcher's directories and depth, in order
         self.watched = 0  # configured directories under watch
         self.missing: dict[Path, Path] = {}  # a configured directory not there -> the ancestor watched for it
-        self.moved = False  # set by ``wait``: a missing directory's nearest existing ancestor changed
-        self._ancestors: set[Path] = set()  # those watched for missing directories
+        self.moved = False  # set by ``wait``: a configured directory appeared, came nearer, went or was replaced
+        self._present: set[Path] = set()  # configured directories there, each watched for its entry
+        self.replaced: dict[Path, None] = {}  # set by ``wait``: those whose entry changed (made again, removed, moved)
+        self._ancestors: set[Path] = set()  # those watched for configured directories' entries
         self._alone: set[Path] = set()  # ... of which watched for that alone (their entries are not reported)
         ancestors = True
         for attempt in range(4):
@@ -75,9 +81,11 @@ class Watches:
             here_flat = [p for p in flat if p in present and p not in deep]
             self.missing = {p: a for p in listed if p not in present
                             and (a := _nearest_existing(p.parent)) is not None} if ancestors else {}
-            self._ancestors = set(self.missing.values())
+            self._present = present if ancestors else set()
+            watched_for = [*self.missing.values(), *(p.parent for p in listed if p in self._present and p.parent != p)]
+            self._ancestors = set(watched_for)
             # an ancestor already watched for its entries (a flat directory, or inside a tree) needs no watch of its own
-            guards = [a for a in dict.fromkeys(self.missing.values())
+            guards = [a for a in dict.fromkeys(watched_for)
                       if a not in here_flat and not any(a == t or t in a.parents for t in here_trees)]
             self._alone = set(guards)
             # the watcher a wait blocks on comes first: the flat directories' (a closed record
@@ -124,18 +132,27 @@ class Watches:
         return {(c, p) for c, p in ((watchfiles.Change(k), p) for k, p in raw) if self.filter(c, p)}
 
     def _past_ancestors(self, raw: set) -> set:
-        """``raw`` less the entries of ancestors watched only for a missing directory's sake,
-        noting (``moved``) when one of those directories, or an ancestor nearer to it, exists
-        now (``mkdir -p`` makes several at once; each nearer one is watched in turn)."""
-        near = {q for _, p in raw for q in (Path(p), Path(p).parent)}  # an entry, or the ancestor itself going
-        if near & self._ancestors and self.appeared():
-            self.moved = True
+        """``raw`` less the entries of ancestors watched only for configured directories'
+        sake, noting (``moved``) when a missing one, or an ancestor nearer to it, exists now
+        (``mkdir -p`` makes several at once; each nearer one is watched in turn), or when one
+        that was there had its entry changed: removed, renamed, or made again (its watch is
+        gone with the directory it was on; a directory made again may even have its inode)."""
+        paths = {Path(p) for _, p in raw}
+        near = paths | {p.parent for p in paths}  # an entry, or the ancestor itself going
+        if near & self._ancestors:
+            went = [p for p in self._present if p in paths]
+            self.replaced.update(dict.fromkeys(went))
+            if went or self.appeared():
+                self.moved = True
         return {(k, p) for k, p in raw if Path(p).parent not in self._alone and Path(p) not in self._alone}
 
     def appeared(self) -> list[Path]:
-        """The missing directories that exist now, or whose nearest existing ancestor is
-        not the one watched for them (a nearer one was made, or that one was removed)."""
-        return [p for p, a in self.missing.items() if _nearest_existing(p) != a]
+        """The configured directories to watch anew: the missing ones that exist now, or
+        whose nearest existing ancestor is not the one watched for them (a nearer one was
+        made, or that one was removed), and those that were there and had their entry
+        changed (``replaced``)."""
+        return [*(p for p, a in self.missing.items() if _nearest_existing(p) != a),
+                *self.replaced]
 
     def close(self) -> None:
         for w in self._watchers:
