@@ -875,7 +875,7 @@ def test_a_directory_flipping_in_and_out_of_place_makes_few_rescans_and_no_failu
         assert notify.wait_for("READY=1", 60)
         began = time.monotonic()
         flips = 0
-        while time.monotonic() - began < 3 * REWATCH_GAP_S:  # the attack: three gaps' worth of flipping
+        while time.monotonic() - began < 2 * REWATCH_GAP_S:  # the attack: two gaps' worth of flipping
             aside.rename(verification)
             verification.rename(aside)
             flips += 1

@@ -215,7 +215,11 @@ class IterationLogs:
         """What reading each candidate found, as the workers find it: a cold ingest of
         100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, cands, rels)
-        after = commit.history(self.ctx.conn, [f"{src.id}:{cand.rel}" for cand in cands])
+        # where each file's history stands (``commit.placed``); a source with no event yet
+        # (a cold ingest) has none to look up
+        after = commit.history(self.ctx.conn, [f"{src.id}:{cand.rel}" for cand in cands]) \
+            if self.ctx.conn.execute("SELECT 1 FROM events WHERE stream > ? AND stream < ? LIMIT 1",
+                                     (f"{src.id}:", f"{src.id};")).fetchone() else {}
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         moved = False
         for job, obs in zip(jobs, pmap(observe_job, jobs)):

@@ -137,14 +137,16 @@ class Watches:
         (``mkdir -p`` makes several at once; each nearer one is watched in turn), or when one
         that was there had its entry changed: removed, renamed, or made again (its watch is
         gone with the directory it was on; a directory made again may even have its inode)."""
-        paths = {Path(p) for _, p in raw}
-        near = paths | {p.parent for p in paths}  # an entry, or the ancestor itself going
+        paths = {p: Path(p) for _, p in raw}  # (one Path an entry: a burst names thousands)
+        near = {*paths.values(), *(q.parent for q in paths.values())}  # an entry, or the ancestor itself going
         if near & self._ancestors:
-            went = [p for p in self._present if p in paths]
+            named = set(paths.values())
+            went = [p for p in self._present if p in named]  # the directory's own entry, not one inside it
             self.replaced.update(dict.fromkeys(went))
             if went or self.appeared():
                 self.moved = True
-        return {(k, p) for k, p in raw if Path(p).parent not in self._alone and Path(p) not in self._alone}
+        alone = self._alone
+        return {(k, p) for k, p in raw if paths[p].parent not in alone and paths[p] not in alone}
 
     def appeared(self) -> list[Path]:
         """The configured directories to watch anew: the missing ones that exist now, or
