@@ -35,7 +35,7 @@ class Annotations:
             return report
         self._seed_vocabulary()
         known = {r[0]: r[1:] for r in self.ctx.conn.execute(
-            "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+            "SELECT path, dev, ino, size, mtime_ns, content_hash, last_seq FROM source_checkpoints WHERE source = ?"
             " AND kind = ?", (src.id, A.KIND))}
         full = rels is None
         try:
@@ -47,14 +47,15 @@ class Annotations:
             todo += sorted(set(known) - set(todo))  # gone since the last scan
         for start in range(0, len(todo), BATCH_FILES):
             changes = []  # rebound first: the last batch's parsed documents are freed before these are read
-            after = commit.history(self.ctx.conn, [f"{src.id}:{rel}" for rel in todo[start:start + BATCH_FILES]])
             for rel in todo[start:start + BATCH_FILES]:
                 change = self._look(src, rel, known.get(rel), report)
                 if change is not None:
-                    commit.placed(change[3], after.get(f"{src.id}:{rel}"))
                     changes.append(change)
             if not changes:
                 continue
+            back = commit.put_back(self.ctx.conn, [f"{src.id}:{rel}" for rel, *_ in changes if rel not in known])
+            for rel, _, _, events in changes:  # where each file's history stands (``commit.placed``)
+                commit.placed(events, known[rel][5] if rel in known else back.get(f"{src.id}:{rel}"))
             with commit.transaction(self.ctx) as batch:
                 for rel, sig, sha, events in changes:
                     commit.record(batch, events, report, src.path / rel,

@@ -32,23 +32,26 @@ def transaction(ctx: Context) -> Iterator[Batch]:
     ctx.touched.merge(batch.touched)
 
 
-def history(conn: sqlite3.Connection, streams: list[str]) -> dict[str, int]:
-    """The seq of each stream's last event, for those that have one (one query: a cold
-    ingest's streams have none yet). Read beside the checkpoints a file's change is
-    observed against, it is where the file's history stood: see ``placed``."""
+def put_back(conn: sqlite3.Connection, streams: list[str]) -> dict[str, int]:
+    """For each stream whose last event is a ``file.removed`` (its file is back: it has no
+    checkpoint), that event's seq: where the file's history stands (``placed``). One
+    query for a batch of files with no checkpoint (a cold ingest's find no event)."""
     if not streams:
         return {}
-    return dict(conn.execute("SELECT stream, max(seq) FROM events WHERE stream IN (SELECT value FROM json_each(?))"
-                             " GROUP BY stream", (json.dumps(streams),)))
+    return {stream: seq for stream, seq, type_ in conn.execute(
+        "SELECT stream, max(seq), type FROM events WHERE stream IN (SELECT value FROM json_each(?))"
+        " GROUP BY stream", (json.dumps(streams),)) if type_ == "file.removed"}  # (type: the max row's)
 
 
 def placed(events: list[Event], at: int | None) -> list[Event]:
     """``events`` (a whole file's change), each key ending with where the file's history
-    stood (``history``). A change is named by its file and its content before and after;
-    without its place, the same change made again later (a record removed and put back,
-    an edit undone and made again) would have the first one's key, and the ledger would
-    take it for that one sent twice and drop it. Two writers that observed the same
-    change against the same checkpoint still give it one key."""
+    stood: its checkpoint's last seq, read with the content hash the change is observed
+    against, or for a file put back, its removal's (``put_back``). A change is named by
+    its file and its content before and after; without its place, the same change made
+    again later (a record removed and put back, an edit undone and made again) would have
+    the first one's key, and the ledger would take it for that one sent twice and drop
+    it. Two writers that observed the same change against the same checkpoint still give
+    it one key."""
     if at is not None:
         for ev in events:
             ev.idempotency_key += f"|after:{at}"

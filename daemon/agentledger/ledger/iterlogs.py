@@ -195,7 +195,7 @@ class IterationLogs:
         (named in the repository), whose names never meet. A cold ingest's artifacts do not
         build a dict for each log file's checkpoint (~30 ms at 10,000 iterations, with
         the workers waiting for the pass's first jobs meanwhile)."""
-        sql = "SELECT path, dev, ino, size, mtime_ns, content_hash FROM source_checkpoints WHERE source = ?"
+        sql = "SELECT path, dev, ino, size, mtime_ns, content_hash, last_seq FROM source_checkpoints WHERE source = ?"
         args: list = [src.id]
         if rels is not None:
             if not rels:
@@ -207,19 +207,14 @@ class IterationLogs:
             args.append(_LOG_KINDS_JSON)
         cur = self.ctx.conn.cursor()
         cur.row_factory = None
-        return {path: {"stat": (dev, ino, size, mtime), "content_hash": digest}
-                for path, dev, ino, size, mtime, digest in cur.execute(sql, args)}
+        return {path: {"stat": (dev, ino, size, mtime), "content_hash": digest, "last_seq": last}
+                for path, dev, ino, size, mtime, digest, last in cur.execute(sql, args)}
 
     def _observe(self, src: IterationLogSource, cands: list[S.Candidate], rels: list[str] | None,
                  report: Outcome) -> Iterator[S.Observation]:
         """What reading each candidate found, as the workers find it: a cold ingest of
         100,000 files commits them a batch at a time instead of holding them all."""
         cps = self._checkpoints(src, cands, rels)
-        # where each file's history stands (``commit.placed``); a source with no event yet
-        # (a cold ingest) has none to look up
-        after = commit.history(self.ctx.conn, [f"{src.id}:{cand.rel}" for cand in cands]) \
-            if self.ctx.conn.execute("SELECT 1 FROM events WHERE stream > ? AND stream < ? LIMIT 1",
-                                     (f"{src.id}:", f"{src.id};")).fetchone() else {}
         jobs = [(src, cand, cps.get(cand.rel), self.ctx.limits) for cand in cands]
         moved = False
         for job, obs in zip(jobs, pmap(observe_job, jobs)):
@@ -231,7 +226,7 @@ class IterationLogs:
                 report.files_read += obs.digest is not None and not obs.unchanged
                 cp = cps.get(obs.cand.rel)
                 obs.prev = cp["content_hash"] if cp is not None else None
-                obs.after = after.get(f"{src.id}:{obs.cand.rel}")
+                obs.after = cp["last_seq"] if cp is not None else None
                 yield obs
 
     def _commit(self, src: IterationLogSource, observations: Iterable[S.Observation], report: Outcome) -> None:
@@ -241,6 +236,8 @@ class IterationLogs:
         it = iter(observations)
         while chunk := list(itertools.islice(it, BATCH)):
             files = []
+            back = commit.put_back(self.ctx.conn, [f"{src.id}:{obs.cand.rel}" for obs in chunk
+                                                   if obs.prev is None and obs.digest is not None])
             for obs in chunk:
                 if obs.digest is None and obs.prev is None:
                     continue  # already known to be gone
@@ -252,7 +249,7 @@ class IterationLogs:
                     for i, ev in enumerate(events):
                         ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{obs.prev or '-'}|{i}"
                         ev.occurred_at = occurred
-                    commit.placed(events, obs.after)
+                    commit.placed(events, obs.after if obs.prev is not None else back.get(f"{src.id}:{obs.cand.rel}"))
                 files.append((events, FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest),
                               obs.cand.abs))
             with commit.transaction(self.ctx) as batch:
