@@ -14,6 +14,7 @@ so an alias bomb ("billion laughs") fails fast instead of expanding.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +36,12 @@ class _Loader(_Base):  # type: ignore[misc,valid-type]
 
     def resolve(self, kind, value, implicit):  # noqa: ANN001, ANN201
         return "?"
+
+    # libyaml's composer also calls these two around every node, for PyYAML's path
+    # resolvers, which nothing here registers: C builtins that do nothing instead of the
+    # Python methods take 14 % off composing (callgrind, 1,500 iteration-log files)
+    descend_resolver = staticmethod(operator.is_)  # (parent, index): a comparison, thrown away
+    ascend_resolver = staticmethod(tuple)  # (): the empty tuple
 
 DEFAULT_NODE_BUDGET = 200_000
 
