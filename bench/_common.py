@@ -131,6 +131,28 @@ def pct(values: list[float], p: float) -> float:
     return quantile(sorted(values), p / 100)
 
 
+_PACE = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(3_000_000):\n    x += i * i\nprint(time.perf_counter() - t)"
+
+
+def pace() -> str:
+    """How fast this machine runs Python now: a fixed loop (``x += i * i`` three million
+    times) timed in a fresh interpreter. This VM's speed wanders over a day (the loop has
+    taken 0.26–0.54 s) and every figure moves with it; a benchmark prints this at its start
+    and, from an exit handler, at its end, so that its figures say which stretch they were
+    taken in."""
+    out = subprocess.run([sys.executable, "-c", _PACE], capture_output=True, text=True, check=True)
+    return f"machine pace: the fixed loop took {float(out.stdout):.2f} s"
+
+
+def preamble() -> str:
+    """What a benchmark prints first: bytecode compiled (``compile_bytecode``) and the
+    machine's pace, whose reading at the end is printed when the benchmark exits."""
+    import atexit
+
+    atexit.register(lambda: print(f"{pace()} (at the end)", flush=True))
+    return f"{compile_bytecode()}\n{pace()} (at the start)"
+
+
 def compile_bytecode() -> str:
     """Compile agentledger's modules to bytecode before timing anything, and say so.
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import compile_bytecode, run
+from _common import preamble, run
 from agentledger.sources.annotations import parse as P
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--fixtures", type=Path,
                     default=Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "annotated")
     args = ap.parse_args()
-    print(compile_bytecode(), flush=True)
+    print(preamble(), flush=True)
     sources = sorted(p for p in args.fixtures.glob("*.md") if p.name != "PROVENANCE.md")
     if not sources:
         raise SystemExit(f"no annotation fixtures in {args.fixtures}")

@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import compile_bytecode, pct, rss_mb
+from _common import preamble, pct, rss_mb
 from agentledger.example import synth
 
 T0 = 1_760_000_000
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=100)
     ap.add_argument("--churn-rounds", type=int, default=0)
     args = ap.parse_args()
-    print(compile_bytecode(), flush=True)
+    print(preamble(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="agentledger-daemon-bench-"))
     proc = None
     try:

@@ -53,7 +53,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Spawner, compile_bytecode
+from _common import Spawner, preamble
 from agentledger.example import synth
 
 
@@ -300,7 +300,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    print(compile_bytecode(), flush=True)
+    print(preamble(), flush=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
     try:
         measure(args, out)

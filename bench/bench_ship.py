@@ -47,7 +47,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import compile_bytecode, pct, run
+from _common import preamble, pct, run
 from agentledger.example import pgcluster, synth
 
 CLI = [sys.executable, "-m", "agentledger"]
@@ -289,7 +289,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--skip", choices=("catch-up", "team", "lag"), action="append", default=[])
     args = ap.parse_args()
-    print(compile_bytecode(), flush=True)
+    print(preamble(), flush=True)
     if not pgcluster.available():
         raise SystemExit(f"needs PostgreSQL 15 server binaries in {pgcluster.BIN}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (cluster, temp dir) when stopped

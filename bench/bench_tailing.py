@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import compile_bytecode, run
+from _common import preamble, run
 from agentledger.example import synth
 
 BASELINE = r'''
@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds per size (default 3)")
     args = ap.parse_args()
-    print(compile_bytecode(), flush=True)
+    print(preamble(), flush=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-tail-bench-"))
     py = sys.executable
     results = []
