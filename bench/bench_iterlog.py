@@ -58,7 +58,9 @@ from agentledger.example import synth
 
 
 PEAK_KB: dict[str, int] = {}  # command -> the largest peak RSS any run of it had
-SPAWNER = Spawner()  # started before this process generates a log (its own RSS stays out of the figures)
+# started by ``main`` before it generates a log (its own RSS stays out of the figures), not on
+# import: a script importing this module for its floors starts no process and leaves no file
+SPAWNER: Spawner | None = None
 
 
 AGENTLEDGER = Path(sys.executable).with_name("agentledger")  # the console script, as the workflow runs it
@@ -295,11 +297,13 @@ def bench(n: int, runs: int, out: Path) -> dict:
 
 
 def main() -> None:
+    global SPAWNER
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,10000")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    SPAWNER = Spawner()
     print(preamble(), flush=True)
     out = args.out or Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
     try:
@@ -352,4 +356,5 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        SPAWNER.close()
+        if SPAWNER is not None:
+            SPAWNER.close()
