@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 
 from ..config import ShipDestination
 from ..redact import scrub
+from ..views.export import SURROGATE_ESCAPE
 from . import schema
 from .connect import CentralError, connect, describe
 from .projection import project
@@ -51,7 +52,7 @@ ORIGINS = "SELECT seq, origin, origin_seq FROM event_origins WHERE seq > ? AND s
 # payload keeps its exact text in payload_text, and its JSONB has U+FFFD in their places,
 # so that the projections and views still read it. Every surrogate escape is looked at:
 # a pair's is a false alarm, which only stores the text twice.
-_UNFIT_FOR_JSONB = re.compile(rb"\\u0000|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_UNFIT_FOR_JSONB = re.compile(rb"\\u0000|" + SURROGATE_ESCAPE.encode())
 # A batch is copied straight into the events table (binary COPY: psycopg's C code
 # writes the rows, no escaping pass over the payloads). A batch the server already
 # holds in part (sent before a crash, or events imported from a ledger that shipped

@@ -53,9 +53,8 @@ class Annotations:
                     changes.append(change)
             if not changes:
                 continue
-            back = commit.put_back(self.ctx.conn, [f"{src.id}:{rel}" for rel, *_ in changes if rel not in known])
-            for rel, _, _, events in changes:  # where each file's history stands (``commit.placed``)
-                commit.placed(events, known[rel][5] if rel in known else back.get(f"{src.id}:{rel}"))
+            commit.place(self.ctx.conn, [(f"{src.id}:{rel}", events, rel in known, known[rel][5] if rel in known else None)
+                                         for rel, _, _, events in changes])
             with commit.transaction(self.ctx) as batch:
                 for rel, sig, sha, events in changes:
                     commit.record(batch, events, report, src.path / rel,

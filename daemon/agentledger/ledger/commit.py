@@ -32,30 +32,27 @@ def transaction(ctx: Context) -> Iterator[Batch]:
     ctx.touched.merge(batch.touched)
 
 
-def put_back(conn: sqlite3.Connection, streams: list[str]) -> dict[str, int]:
-    """For each stream whose last event is a ``file.removed`` (its file is back: it has no
-    checkpoint), that event's seq: where the file's history stands (``placed``). One
-    query for a batch of files with no checkpoint (a cold ingest's find no event)."""
-    if not streams:
-        return {}
-    return {stream: seq for stream, seq, type_ in conn.execute(
-        "SELECT stream, max(seq), type FROM events WHERE stream IN (SELECT value FROM json_each(?))"
-        " GROUP BY stream", (json.dumps(streams),)) if type_ == "file.removed"}  # (type: the max row's)
-
-
-def placed(events: list[Event], at: int | None) -> list[Event]:
-    """``events`` (a whole file's change), each key ending with where the file's history
-    stood: its checkpoint's last seq, read with the content hash the change is observed
-    against, or for a file put back, its removal's (``put_back``). A change is named by
-    its file and its content before and after; without its place, the same change made
-    again later (a record removed and put back, an edit undone and made again) would have
-    the first one's key, and the ledger would take it for that one sent twice and drop
-    it. Two writers that observed the same change against the same checkpoint still give
-    it one key."""
-    if at is not None:
-        for ev in events:
-            ev.idempotency_key += f"|after:{at}"
-    return events
+def place(conn: sqlite3.Connection, changes: list[tuple[str, list[Event], bool, int | None]]) -> None:
+    """Whole files' changes, each (its stream, its events, whether the file has a
+    checkpoint, that checkpoint's last seq), each event's key made to end with where the
+    file's history stood: the checkpoint's last seq, read with the content hash the change
+    is observed against, or, for a file put back (no checkpoint, its stream's last event a
+    ``file.removed``), that removal's seq (one query for the batch; a cold ingest's finds
+    no event). A change is named by its file and its content before and after; without
+    its place, the same change made again later (a record removed and put back, an edit
+    undone and made again) would have the first one's key, and the ledger would take it
+    for that one sent twice and drop it. Two writers that observed the same change against
+    the same checkpoint still give it one key."""
+    back: dict[str, int] = {}
+    if streams := [stream for stream, events, known, _ in changes if events and not known]:
+        back = {stream: seq for stream, seq, type_ in conn.execute(
+            "SELECT stream, max(seq), type FROM events WHERE stream IN (SELECT value FROM json_each(?))"
+            " GROUP BY stream", (json.dumps(streams),)) if type_ == "file.removed"}  # (type: the max row's)
+    for stream, events, known, last in changes:
+        at = last if known else back.get(stream)
+        if at is not None:
+            for ev in events:
+                ev.idempotency_key += f"|after:{at}"
 
 
 def record(batch: Batch, events: list[Event], report: Outcome, where: object, *,

@@ -235,9 +235,7 @@ class IterationLogs:
         made against is the one it replaces: this process is the ledger's one writer)."""
         it = iter(observations)
         while chunk := list(itertools.islice(it, BATCH)):
-            files = []
-            back = commit.put_back(self.ctx.conn, [f"{src.id}:{obs.cand.rel}" for obs in chunk
-                                                   if obs.prev is None and obs.digest is not None])
+            files, placing = [], []
             for obs in chunk:
                 if obs.digest is None and obs.prev is None:
                     continue  # already known to be gone
@@ -249,9 +247,10 @@ class IterationLogs:
                     for i, ev in enumerate(events):
                         ev.idempotency_key = f"{src.id}|{obs.cand.rel}|{obs.digest or 'removed'}|{obs.prev or '-'}|{i}"
                         ev.occurred_at = occurred
-                    commit.placed(events, obs.after if obs.prev is not None else back.get(f"{src.id}:{obs.cand.rel}"))
+                    placing.append((f"{src.id}:{obs.cand.rel}", events, obs.prev is not None, obs.after))
                 files.append((events, FileCheckpoint(src.id, obs.cand.rel, obs.cand.kind, obs.stat, obs.digest),
                               obs.cand.abs))
+            commit.place(self.ctx.conn, placing)
             with commit.transaction(self.ctx) as batch:
                 commit.record_files(batch, files, report)
             self.ctx.check_stop()

@@ -78,8 +78,11 @@ def _payload_text(line: str, payload: object) -> str:
 
 # A JSON string can spell half of a UTF-16 pair alone (\udc00): not text, so no source
 # records one (a file that has one is quarantined) and neither SQLite's text nor the
-# team ledger's JSONB can hold it. A line with such an escape is looked at closely.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# team ledger's JSONB can hold it. A line with such an escape is looked at closely (an
+# escaped pair matches too: two halves that make one character); the shipper looks for
+# the same escape in the stored payloads (``central/ship.py``).
+SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+_SURROGATE_ESCAPE = re.compile(SURROGATE_ESCAPE)
 
 
 def _lone_surrogate(obj: object) -> str | None:

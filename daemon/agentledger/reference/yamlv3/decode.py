@@ -43,6 +43,7 @@ class _Loader(_Base):  # type: ignore[misc,valid-type]
     descend_resolver = staticmethod(operator.is_)  # (parent, index): a comparison, thrown away
     ascend_resolver = staticmethod(tuple)  # (): the empty tuple
 
+
 DEFAULT_NODE_BUDGET = 200_000
 
 

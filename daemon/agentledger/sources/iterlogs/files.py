@@ -76,7 +76,7 @@ class Observation:
     events: list[Event] = field(default_factory=list)  # proposed, keys completed at commit
     unchanged: bool = False  # content hash equals the checkpoint's: only the stat moves
     prev: str | None = None  # the checkpoint's content hash (set by the committing process)
-    after: int | None = None  # the checkpoint's last seq (ditto; ``commit.placed``)
+    after: int | None = None  # the checkpoint's last seq (ditto; ``commit.place``)
 
 
 @dataclass
