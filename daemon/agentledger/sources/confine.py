@@ -28,7 +28,7 @@ class Outside(OSError):
     """The path resolves outside the source's tree; ``strerror`` says so, naming the link only."""
 
 
-def resolve_within(path: Path, root: Path) -> Path:
+def resolve_within(path: str | Path, root: str | Path) -> str | Path:
     """``path`` as it is to be opened: itself when no component below ``root`` is a link,
     else with every link resolved; Outside when that is not inside ``root`` (itself
     resolved: a configured directory may be a link).
@@ -45,7 +45,7 @@ def resolve_within(path: Path, root: Path) -> Path:
     real = os.path.realpath(path)
     base = os.path.realpath(root)
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-        raise Outside(f"{path.name} is a symbolic link that leads outside {root}; not read")
+        raise Outside(f"{os.path.basename(path)} is a symbolic link that leads outside {root}; not read")
     return Path(real)
 
 
@@ -67,7 +67,7 @@ def _plainly_within(path: str, root: str) -> bool:
     return True
 
 
-def open_within(path: Path, root: Path):
+def open_within(path: str | Path, root: str | Path):
     """A binary file object for ``path``, refused (Outside) when it resolves outside ``root``."""
     return open_checked(resolve_within(path, root))
 
