@@ -703,6 +703,40 @@ def test_a_change_deep_in_the_artifacts_tree_and_a_new_record_are_both_heard(tmp
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 
+def test_a_change_the_watch_follows_through_a_directory_link_out_of_the_repository_is_never_read(
+        tmp_path: Path) -> None:
+    """The artifacts' tree is watched in depth, and the watch follows a directory link: a
+    file written in the directory ``task-31`` leads to (outside the repository) is named to
+    the service under the link. The artifact a record names there is refused by name and
+    quarantined; nothing of the file reaches the ledger."""
+    import sqlite3
+
+    gen, cfg, _ = _generated_service(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, gen.repo / ".agents/active/verification/task-31")
+    art = ".agents/active/verification/task-31/test.result.yaml"
+    (gen.log / "iter-31.yaml").write_text(
+        "schema_version: 2\niteration: 31\ntask_id: t-31\ncommit: deadbeef\nimpl:\n  summary: \"x\"\n"
+        f"verifiers:\n  - type: test\n    status: pass\n    result_artifact: \"{art}\"\n")
+    db = tmp_path / "l.sqlite"
+
+    def refused() -> bool:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT count(*) FROM quarantine WHERE path = ? AND resolved_seq IS NULL"
+                             " AND reason LIKE '%symbolic link that leads outside%'", (art,)).fetchone()[0] > 0
+
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        assert not refused()  # not there yet: read as missing
+        (outside / "test.result.yaml").write_text("schema_version: 1\nstatus: TOP-SECRET-MARKER\n")
+        assert wait_until(refused, 60)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM artifacts WHERE path = ?", (art,)).fetchone()[0] == 0
+        assert c.execute("SELECT count(*) FROM events WHERE payload LIKE '%TOP-SECRET-MARKER%'").fetchone()[0] == 0
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
 def _generated_service(tmp_path: Path):
     """A generated repository of 30 iterations and the service's configuration for it, its
     reconcile an hour away: (the generated log, the configuration, iteration 21's sidecar)."""

@@ -332,6 +332,40 @@ def test_an_artifact_reached_through_a_link_out_of_the_tree_is_refused(tmp_path:
     assert "TOP-SECRET-MARKER" not in text and str(outside) not in text
 
 
+def test_a_watched_change_under_a_directory_link_out_of_the_tree_is_refused(tmp_path: Path) -> None:
+    """The service reads what its watches name: a recursive watch follows a directory link
+    (watchfiles names ``…/verification/task-31/test.result.yaml`` when a file changes in the
+    directory ``task-31`` leads to), and the artifact it names is confined to the repository,
+    as a scan confines it: refused by name, never read (it was confined to its own
+    directory, so a link on the way was followed out)."""
+    from agentledger.config import Config, StoreConfig, make_source
+    from agentledger.ledger import Ledger
+
+    gen = synth.generate(tmp_path / "gen", 20, seed=5)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ver = gen.repo / ".agents/active/verification"
+    ver.mkdir(parents=True, exist_ok=True)
+    os.symlink(outside, ver / "task-31")
+    art = ".agents/active/verification/task-31/test.result.yaml"
+    (gen.log / "iter-21.yaml").write_text(
+        "schema_version: 2\niteration: 21\ntask_id: t-21\ncommit: deadbeef\nimpl:\n  summary: \"x\"\n"
+        f"verifiers:\n  - type: test\n    status: pass\n    result_artifact: \"{art}\"\n")
+    db = tmp_path / "l.sqlite"
+    ledger = Ledger(Config(store=StoreConfig(path=db), iteration_logs=(make_source(gen.log, gen.repo),)))
+    try:
+        ledger.scan_all()  # the artifact is not there yet: read as missing
+        (outside / "test.result.yaml").write_text("schema_version: 1\nstatus: TOP-SECRET-MARKER\n")
+        ledger.ingest_paths([gen.repo / art])  # what the watch hands the service
+    finally:
+        ledger.close()
+    assert "symbolic link that leads outside" in dict(quarantine(db)).get(art, "")
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM artifacts WHERE path = ? AND available", (art,)).fetchone()[0] == 0
+    text = all_text(db)
+    assert "TOP-SECRET-MARKER" not in text and str(outside) not in text
+
+
 def test_a_link_swapped_in_under_the_tailer_is_never_followed_out(tmp_path: Path) -> None:
     """A tailed file (vally's ``run-a/results.jsonl``) is checked with ``resolve_within``
     and read by the tailer, which opens it without following a link at its last
