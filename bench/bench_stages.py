@@ -68,12 +68,11 @@ def sample():
 if __name__ == "__main__":
     threading.Thread(target=sample, daemon=True).start()
     from agentledger.cli import common
-    from agentledger.ledger import facade, iterlogs, planner, scoring_pass
+    from agentledger.ledger import iterlogs, planner, scoring_pass
     wrap(common, "open_ledger", "open the ledger")
     wrap(iterlogs.IterationLogs, "_commit", "observe and commit")
     wrap(planner.Planner, "affected", "plan")
     wrap(scoring_pass.ScoringPass, "score", "score")
-    wrap(facade.Ledger, "close", "close")
     from agentledger.cli import main
     code = main(sys.argv[1:])
     marks.append((time.perf_counter() - T0, "command", "end"))
@@ -130,15 +129,15 @@ def phases(gen, db: Path) -> tuple[list[tuple[str, float, float, float]], float]
         raise SystemExit(f"ingest failed:\n{done.stderr[-3000:]}")
     data = json.loads(done.stderr.strip().splitlines()[-1])
     marks, busy = data["marks"], data["busy"]
-    starts = [t for t, label, what in marks if label == "observe and commit" and what == "start"]
-    ends = [t for t, label, what in marks if label == "observe and commit" and what == "end"]
-    plan = next(t for t, label, what in marks if label == "plan" and what == "start")
-    score_end = max(t for t, label, what in marks if label == "score" and what == "end")
-    first_score = next(t for t, label, what in marks if label == "score" and what == "start")
-    end = max(t for t, _, _ in marks)
-    edges = [("start: imports, the schema, the listing, the first jobs", 0.0, starts[0]),
-             ("the log files: observed in the workers, committed here", starts[0], ends[0]),
-             ("the artifacts and plans, the transcripts, git's answers", ends[0], plan),
+
+    def at(label: str, what: str, pick=min) -> float:  # when the first (or last) such mark was made
+        return pick(t for t, name, edge in marks if name == label and edge == what)
+
+    logs, logs_end, plan = at("observe and commit", "start"), at("observe and commit", "end"), at("plan", "start")
+    first_score, score_end, end = at("score", "start"), at("score", "end", max), max(t for t, _, _ in marks)
+    edges = [("start: imports, the schema, the listing, the first jobs", 0.0, logs),
+             ("the log files: observed in the workers, committed here", logs, logs_end),
+             ("the artifacts and plans, the transcripts, git's answers", logs_end, plan),
              ("the planner: what to score", plan, first_score),
              ("the scoring pass: inputs, scores, sidecars, detectors", first_score, score_end),
              ("end: the last sync, closing", score_end, end)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Repo, fill, small_file_system
+from .conftest import Repo, fill, query, small_file_system
 
 RECORD = "schema_version: 1\niteration: {n}\nscope_note: on-target\ntests_total_pass: true\nretries: {r}\n"
 
@@ -709,8 +709,6 @@ def test_a_change_the_watch_follows_through_a_directory_link_out_of_the_reposito
     file written in the directory ``task-31`` leads to (outside the repository) is named to
     the service under the link. The artifact a record names there is refused by name and
     quarantined; nothing of the file reaches the ledger."""
-    import sqlite3
-
     gen, cfg, _ = _generated_service(tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -722,18 +720,16 @@ def test_a_change_the_watch_follows_through_a_directory_link_out_of_the_reposito
     db = tmp_path / "l.sqlite"
 
     def refused() -> bool:
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT count(*) FROM quarantine WHERE path = ? AND resolved_seq IS NULL"
-                             " AND reason LIKE '%symbolic link that leads outside%'", (art,)).fetchone()[0] > 0
+        return query(db, "SELECT count(*) FROM quarantine WHERE path = ? AND resolved_seq IS NULL"
+                         " AND reason LIKE '%symbolic link that leads outside%'", art)[0][0] > 0
 
     with running(tmp_path, cfg) as (proc, notify):
         assert notify.wait_for("READY=1", 60)
         assert not refused()  # not there yet: read as missing
         (outside / "test.result.yaml").write_text("schema_version: 1\nstatus: TOP-SECRET-MARKER\n")
         assert wait_until(refused, 60)
-    with sqlite3.connect(db) as c:
-        assert c.execute("SELECT count(*) FROM artifacts WHERE path = ?", (art,)).fetchone()[0] == 0
-        assert c.execute("SELECT count(*) FROM events WHERE payload LIKE '%TOP-SECRET-MARKER%'").fetchone()[0] == 0
+    assert query(db, "SELECT count(*) FROM artifacts WHERE path = ?", art) == [(0,)]
+    assert query(db, "SELECT count(*) FROM events WHERE payload LIKE '%TOP-SECRET-MARKER%'") == [(0,)]
     assert "Traceback" not in (tmp_path / "daemon.log").read_text()
 
 

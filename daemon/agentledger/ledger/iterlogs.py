@@ -135,8 +135,7 @@ class IterationLogs:
         if repo_rels:
             known = {rel: kind for kind, rel in ((k, resolve_artifact_path(r)) for k, r in
                                                  self.artifact_refs(src, None)) if rel}
-            arts += [S.Candidate(known[r], r, f"{src.repo}{os.sep}{r}", root=str(src.repo)) for r in repo_rels
-                     if r in known]
+            arts += [S.in_repo(src, known[r], r) for r in repo_rels if r in known]
             if any(r.startswith(".agents/workflow/plans/") for r in repo_rels):
                 arts += S.tasks_candidates(src)
         if arts:

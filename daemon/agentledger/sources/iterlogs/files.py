@@ -58,15 +58,28 @@ def classify(name: str) -> tuple[str, int | None] | None:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A file a scan may read. Its paths are strings: a cold ingest makes a candidate for
-    each of ~13,000 files before the workers have a job, and sends each to a worker, which
-    unpickled a ``Path`` in ~10 us (a string: ~1 us); joining one cost ~5 us."""
+    """A file a scan may read, and the tree it must resolve inside (``root``: the log
+    directory, or the repository for artifacts and plans; ``confine.py``). Every candidate
+    names its tree: a default of the file's own directory let a directory link on the way
+    lead out. Its paths are strings: a cold ingest makes a candidate for each of ~13,000
+    files before the workers have a job, and sends each to a worker, which unpickled a
+    ``Path`` in 12-20 us (a string: ~2 us)."""
 
     kind: str
     rel: str  # name in the log dir, or repo-relative path for artifacts
     abs: str
+    root: str
     n: int | None = None  # N from the file name (side files)
-    root: str | None = None  # the tree it must resolve inside (confine.py); default: abs's directory
+
+
+def in_log(src: IterationLogSource, name: str, kind: str, n: int | None) -> Candidate:
+    base = str(src.path)
+    return Candidate(kind, name, f"{base}{os.sep}{name}", base, n)
+
+
+def in_repo(src: IterationLogSource, kind: str, rel: str) -> Candidate:
+    repo = str(src.repo)
+    return Candidate(kind, rel, f"{repo}{os.sep}{rel}", repo)
 
 
 @dataclass
@@ -96,11 +109,10 @@ def log_candidates(src: IterationLogSource, names: Iterable[str] | None = None) 
         with os.scandir(src.path) as it:
             names = [e.name for e in it]
     out = []
-    base = str(src.path)
     for name in names:
         c = classify(name)
         if c is not None:
-            out.append(Candidate(c[0], name, f"{base}{os.sep}{name}", c[1], base))
+            out.append(in_log(src, name, *c))
     return out
 
 
@@ -111,11 +123,9 @@ def changed_log_candidates(src: IterationLogSource, logs: dict[str, tuple[int, i
     A scan that finds nothing changed costs the listing, no read and no candidate; a
     file whose stat could not be taken is a candidate (``observe`` says why)."""
     out = []
-    base = str(src.path)
     for name, key in logs.items():
         if key is None or known.get(name) != key:
-            c = classify(name)
-            out.append(Candidate(c[0], name, f"{base}{os.sep}{name}", c[1], base))  # type: ignore[index]
+            out.append(in_log(src, name, *classify(name)))  # type: ignore[misc]
     return out
 
 
@@ -127,10 +137,9 @@ def tasks_candidates(src: IterationLogSource) -> list[Candidate]:
         return []
     out = []
     for e in entries:
-        rel = f".agents/workflow/plans/{e.name}/TASKS.yaml"
-        p = f"{src.repo}{os.sep}{rel}"
-        if os.path.lexists(p):
-            out.append(Candidate(A.TASKS, rel, p, root=str(src.repo)))
+        cand = in_repo(src, A.TASKS, f".agents/workflow/plans/{e.name}/TASKS.yaml")
+        if os.path.lexists(cand.abs):
+            out.append(cand)
     return out
 
 
@@ -142,8 +151,7 @@ def artifact_candidates(src: IterationLogSource, refs: Iterable[tuple[str, str]]
     unchanged, and one that has not moved costs a stat, no candidate."""
     out: dict[str, Candidate] = {}
     done: set[str] = set()
-    repo = str(src.repo)
-    root = f"{repo}{os.sep}"
+    root = f"{src.repo}{os.sep}"
     for kind, raw in refs:
         rel = A.resolve_artifact_path(raw)
         if rel is None or rel in done:
@@ -156,7 +164,7 @@ def artifact_candidates(src: IterationLogSource, refs: Iterable[tuple[str, str]]
                     continue
             except OSError:
                 pass
-        out[rel] = Candidate(kind, rel, root + rel, root=repo)
+        out[rel] = in_repo(src, kind, rel)
     return list(out.values())
 
 
@@ -203,7 +211,7 @@ def observe(src: IterationLogSource, cand: Candidate, checkpoint: dict | None,
                   f"({limits.max_file_bytes}); not read")
     else:
         try:
-            with confine.open_within(cand.abs, cand.root or os.path.dirname(cand.abs)) as fh:
+            with confine.open_within(cand.abs, cand.root) as fh:
                 # Size the read from stat (a read(limit) would allocate the whole
                 # limit each time); a file that grew meanwhile is read on, to the limit.
                 data = fh.read(st.st_size + 1) if st is not None else b""
