@@ -26,6 +26,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "process": set(),
     "redact": set(),
     "errors": set(),
+    "names": set(),
     "config": {"paths", "redact"},
     "scoring": {"jsonnum", "model", "reference", "paths"},
     "output": {"reference", "process", "scoring"},
@@ -79,7 +80,7 @@ def package(name: str) -> str:
 
 def allowed(importer: str, target: str) -> bool:
     own = package(importer)
-    if package(target) == own or target == "__version__" or target == "errors":  # every package may raise them
+    if package(target) == own or target == "__version__" or target in ("errors", "names"):  # every package may raise them, and name files
         return True
     rules = MAY_IMPORT[own]
     return any(target == r or target.startswith(r + ".") for r in rules)

@@ -11,6 +11,7 @@ import sqlite3
 import sys
 
 from ..errors import AgentledgerError, UsageError
+from .. import names
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -56,7 +57,15 @@ def _ranged(parse, what: str, lo, hi, words: str):
 
 seconds = _ranged(float, "a number of seconds", 0, 10**7, "0 to 10000000")
 port = _ranged(int, "a port", 0, 65535, "0 to 65535; 0 picks a free one")
-iteration_number = _ranged(int, "an iteration number", 0, 2**63 - 1, "a whole number from 0 to 2**63 - 1")
+def _grammar_number(text: str) -> int:
+    n = names.iteration_number(text)
+    if n is None:
+        raise ValueError(text)
+    return n
+
+
+iteration_number = _ranged(_grammar_number, "an iteration number", 0, 2**63 - 1,
+                           "ASCII digits with no leading zero, from 0 to 2**63 - 1, as in iter-N.yaml")
 
 
 def add_timeout_flag(p: argparse.ArgumentParser) -> None:

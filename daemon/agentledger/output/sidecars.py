@@ -12,13 +12,13 @@ import contextlib
 import hashlib
 import itertools
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..reference.yamlv3.emit import dump, format_scalar
+from .. import names
 from ..process import lifetime
 from ..scoring.breakdown import Row as BreakdownRow  # one row type from scorer to sidecar
 from . import score_rows
@@ -26,32 +26,14 @@ from .spare import Spares
 
 TEMP_PREFIX = ".agentledger-"
 TEMP_SUFFIX = ".tmp"
-_NAME_MAX = 255
-_UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
 def iteration_sidecar_name(iteration: int) -> str:
-    return f"iter-{iteration}.score.yaml"
+    return names.iteration_file(names.SCORE, iteration)
 
 
-def session_sidecar_name(session_id: str) -> str:
-    return f"session-{session_id}.score.yaml"
-
-
-def unsafe_session_id(session_id: str) -> str | None:
-    """Why ``session_id`` cannot be a file-name component, or None if it can.
-
-    The reference writes ``session-<id>.score.yaml`` with the id verbatim, so an
-    id like ``../../etc/x`` writes outside the log directory. We refuse it."""
-    if not session_id:
-        return "empty session_id has no addressable sidecar"
-    if _UNSAFE.search(session_id):
-        return "contains a path separator or a control character"
-    if session_id in (".", ".."):
-        return "is a relative path component"
-    if len(session_sidecar_name(session_id).encode("utf-8")) > _NAME_MAX:
-        return f"makes a file name longer than {_NAME_MAX} bytes"
-    return None
+session_sidecar_name = names.session_file
+unsafe_session_id = names.unsafe_session_id
 
 
 def render_iteration(iteration: int, rubric_version: str, scored: bool, value: float, band: str,

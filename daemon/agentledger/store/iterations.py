@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from .. import names
 from .events import Event, canonical_json
 from .sessions import SessionFamily
 from .touched import Touched
@@ -141,7 +142,12 @@ class IterationFamily:
                               [r["iteration"] for r in recs])
 
     def _side_file(self, table: str, count_key: str, ev: Event, p: dict[str, Any]) -> None:
-        """hook_outcomes / labels: one row per iteration, the parsed outcome or its error."""
+        """hook_outcomes / labels: one row per iteration, the parsed outcome or its error.
+        Only the file the grammar names for the iteration speaks for it (``names.py``): an
+        event of any other file (an older ledger's, an import's) changes nothing, so its
+        removal cannot retract the canonical file's outcome."""
+        if p["file"] != names.iteration_file(table, p["iteration"]):
+            return
         o = p["outcome"]
         self.touched.iterations.add((ev.source, p["iteration"]))
         self.conn.execute(
@@ -169,8 +175,8 @@ class IterationFamily:
 
     def _file_removed(self, ev: Event, p: dict[str, Any]) -> None:
         path, kind = p["file"], p["kind"]
-        if kind == "annotation":
-            return  # the trajectory family's
+        if kind in ("annotation", names.MISNAMED):
+            return  # the trajectory family's; a misnamed file stood for nothing
         if kind in ("record", "historical"):
             self._replace_records(ev, path, "dedicated", None, 0, [])
         elif kind in ("hook_outcomes", "labels"):

@@ -17,43 +17,33 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat as statmod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ...config import IterationLogSource
-from ...output.sidecars import is_temp_name, unsafe_session_id
+from ...output.sidecars import is_temp_name
 from ...store.events import Event, content_hash
 from . import artifacts as A
 from .. import confine
 
-RECORD, HISTORICAL, HOOK, LABELS, MISNAMED = "record", "historical", "hook_outcomes", "labels", "misnamed"
+from ... import names
+from ...names import HISTORICAL, HOOK, LABELS, MISNAMED, RECORD
+
 LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)
 ARTIFACT_KINDS = (A.VERIFIER_RESULT, A.REVIEW_DECISION, A.TASKS)
 
-# looks like an iteration record but names no iteration (iter--1.yaml, iter-x.yaml): refused with a reason
-_MISNAMED_RE = re.compile(r"^iter-[^.]*\.yaml$")
 TASKS_GLOB = ".agents/workflow/plans/*/TASKS.yaml"
 
 
-_LOG_RE = re.compile(r"iter-(\d+)(\.hook-outcomes|\.labels)?\.yaml\Z")
-_SIDE_KINDS = {None: RECORD, ".hook-outcomes": HOOK, ".labels": LABELS}
-
-
 def classify(name: str) -> tuple[str, int | None] | None:
-    """(kind, N from the name) for a file of the log directory, None to ignore it.
-    One match a name: a scan classifies every name of the directory, sidecars too."""
+    """(kind, N from the name) for a file of the log directory, None to ignore it: the
+    grammar's (``names.parse``), less our sidecars and temp files. A name like an
+    iteration's file but not spelled as one (``iter-066.hook-outcomes.yaml``) is
+    ``MISNAMED``: quarantined, never any iteration's."""
     if not name.endswith(".yaml") or name.endswith(".score.yaml") or is_temp_name(name):
         return None  # (score sidecars are most names of a scored log)
-    m = _LOG_RE.match(name)
-    if m:
-        return _SIDE_KINDS[m.group(2)], int(m.group(1))
-    if name == "historical.yaml":
-        return HISTORICAL, None
-    if _MISNAMED_RE.match(name):
-        return MISNAMED, None
-    return None
+    return names.parse(name)
 
 
 @dataclass(frozen=True)
@@ -282,8 +272,9 @@ def _decode_text(src: IterationLogSource, obs: Observation, data: bytes) -> str 
 def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadLimits) -> None:
     c = obs.cand
     if c.kind == MISNAMED:
-        obs.events.append(quarantine_event(src, obs, f"{c.rel} is not an iteration file name (iter-N.yaml, N a whole"
-                                                     " number from 0): not ingested"))
+        obs.events.append(quarantine_event(src, obs, f"{c.rel} is not an iteration file name (iter-N.yaml,"
+                                                     " iter-N.hook-outcomes.yaml or iter-N.labels.yaml, N ASCII digits"
+                                                     " with no leading zero): not ingested"))
         return
     text = _decode_text(src, obs, data)
     if text is None:
@@ -297,7 +288,7 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
     try:
         if c.kind == RECORD:
             rec = parse_record(text)
-            if c.rel != f"iter-{rec.iteration}.yaml":  # it would take the place of another file's iteration
+            if rec.iteration < 0 or c.rel != names.iteration_file(RECORD, rec.iteration):  # it would take the place of another file's iteration
                 obs.events.append(quarantine_event(
                     src, obs, f"{c.rel} says iteration {rec.iteration}, whose record is iter-{rec.iteration}.yaml;"
                               " not ingested (an iteration's record is the file named for it)"))
@@ -305,7 +296,7 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
             obs.events.append(_event(src, obs, "iteration.recorded",
                                      {"file": c.rel, "record": rec.to_json()}))
             sid = rec.agent.session_id
-            why = unsafe_session_id(sid) if sid else None
+            why = names.unsafe_session_id(sid) if sid else None
             if why:
                 from ...reference.fmt import go_quote
 
