@@ -147,6 +147,11 @@ def _export(db: Path) -> list[dict]:
     return [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
 
 
+def _whole(lines: list[dict]) -> str:
+    """``lines`` as a whole export: numbered from seq 1 with no gap, as an import takes one."""
+    return "".join(json.dumps({**x, "seq": i}) + "\n" for i, x in enumerate(lines, 1))
+
+
 def _count(db: Path) -> int:
     with sqlite3.connect(db) as c:
         return c.execute("SELECT count(*) FROM events").fetchone()[0]
@@ -165,7 +170,7 @@ def test_an_import_with_a_lone_surrogate_is_one_clear_line_and_a_pair_is_taken(t
         bad = json.loads(json.dumps(labels[0]))
         bad["payload"]["record"]["task_id"] = f"lone {lone} half"
         path = tmp_path / "lone.jsonl"
-        path.write_text(json.dumps(labels[1]) + "\n" + json.dumps(bad) + "\n")  # escaped: ensure_ascii
+        path.write_text(_whole([labels[1], bad]))  # escaped: ensure_ascii
         assert "\\ud" in path.read_text()
         proc = cli_subprocess("import", str(path), "--db", str(fresh))
         err = [x for x in proc.stderr.splitlines() if x.strip()]
@@ -175,7 +180,7 @@ def test_an_import_with_a_lone_surrogate_is_one_clear_line_and_a_pair_is_taken(t
     pair = json.loads(json.dumps(labels[0]))
     pair["payload"]["record"]["task_id"] = "a pair \U0001F600 here"
     path = tmp_path / "pair.jsonl"
-    path.write_text(json.dumps(pair) + "\n")
+    path.write_text(_whole([pair]))
     assert "\\ud83d\\ude00" in path.read_text()
     proc = cli_subprocess("import", str(path), "--db", str(fresh))
     assert proc.returncode == 0, proc.stderr
@@ -190,45 +195,47 @@ def test_an_imported_score_never_reaches_a_sidecar_before_this_ledger_scored_it(
                key=lambda x: x["seq"])
     sidecar = gen.log / "iter-5.score.yaml"
     honest = sidecar.read_bytes()
-    before = _count(db)
 
     # an edited value: its own breakdown contradicts it; refused whole, with one line naming the event
     forged = json.loads(json.dumps(last))
     forged["payload"]["value"] = 0.999
     forged["idempotency_key"] += "-forged"
     bad = tmp_path / "forged.jsonl"
-    bad.write_text("\n".join(json.dumps(x) for x in [*lines[:3], forged]) + "\n")
-    proc = cli_subprocess("import", str(bad), "--db", str(db))
+    bad.write_text(_whole([*lines[:3], forged]))
+    fresh = tmp_path / "fresh.sqlite"
+    proc = cli_subprocess("import", str(bad), "--db", str(fresh))
     lines_err = [x for x in proc.stderr.splitlines() if x.strip()]
     assert proc.returncode == 1 and len(lines_err) == 1 and "Traceback" not in proc.stderr
     assert forged["idempotency_key"] in lines_err[0] and "refused" in lines_err[0]
-    assert _count(db) == before
+    assert _count(fresh) == 0
 
     # binary junk
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 40)
-    proc = cli_subprocess("import", str(junk), "--db", str(db))
+    proc = cli_subprocess("import", str(junk), "--db", str(fresh))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-    assert _count(db) == before
+    assert _count(fresh) == 0
 
-    # a consistent forgery (a detail line, the export naming this very ledger) is taken in,
-    # but no sidecar is ever written from it: the next ingest scores iteration 5 here
+    # a consistent forgery (a detail line) in a whole export, restored into an empty ledger
+    # beside the same log: taken in, but no sidecar is ever written from it: the first
+    # ingest there scores iteration 5 itself
     forged = json.loads(json.dumps(last))
     forged["payload"]["breakdown"][0]["detail"] = "FORGED DETAIL"
     forged["idempotency_key"] += "-consistent"
     good = tmp_path / "consistent.jsonl"
-    good.write_text(json.dumps(forged) + "\n")
-    proc = cli_subprocess("import", str(good), "--db", str(db))
+    good.write_text(_whole([*lines, forged]))
+    proc = cli_subprocess("import", str(good), "--db", str(fresh))
     assert proc.returncode == 0, proc.stderr
     assert sidecar.read_bytes() == honest
-    code, _, err = run_cli("ingest", *args)
+    restored = [*args[:-1], str(fresh)]
+    code, _, err = run_cli("ingest", *restored)
     assert code == 0, err
     assert sidecar.read_bytes() == honest and b"FORGED" not in sidecar.read_bytes()
-    with sqlite3.connect(db) as c:
+    with sqlite3.connect(fresh) as c:
         detail = c.execute("SELECT json_extract(e.payload, '$.breakdown[0].detail') FROM latest_scores l"
                            " JOIN events e ON e.seq = l.seq WHERE l.iteration = 5").fetchone()[0]
     assert detail != "FORGED DETAIL"
-    code, _, err = run_cli("rebuild", *args)
+    code, _, err = run_cli("rebuild", *restored)
     assert code == 0, err
     assert sidecar.read_bytes() == honest
 

@@ -388,7 +388,9 @@ def test_a_switch_back_never_reuses_a_score_that_came_in_by_import(tmp_path: Pat
     """The attack on the reuse: after an iteration's inputs changed, an import brings back
     its old score under the rubric being left, whose inputs key matches the stale score
     under the rubric being switched to. Reusing on that match would write the stale
-    sidecar; an imported score never vouches for anything."""
+    sidecar. An import now restores into an empty ledger only, so the attack is refused
+    at the door, whole (a ledger that holds events takes no new event from an import),
+    and the switch back writes only current sidecars."""
     gen, cfg, db, _ = _setup(tmp_path)
     assert _cli(cfg, "ingest")[0] == 0
     assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
@@ -401,14 +403,13 @@ def test_a_switch_back_never_reuses_a_score_that_came_in_by_import(tmp_path: Pat
     assert _cli(cfg, "ingest")[0] == 0  # scored again under 2.1.0: a new inputs key
     forged = tmp_path / "forged.jsonl"
     forged.write_text(json.dumps({**old, "idempotency_key": old["idempotency_key"] + "-again"}) + "\n")
-    code, _, err = _cli(cfg, "import", str(forged))
-    assert code == 0, err  # consistent with its own breakdown: accepted, as an imported score
+    forged.write_text(json.dumps({**old, "seq": 1, "idempotency_key": old["idempotency_key"] + "-again"}) + "\n")
     with sqlite3.connect(db) as c:
-        key_now = c.execute("SELECT inputs_key FROM scores WHERE iteration = 7 AND rubric_version = '2.1.0'"
-                            ).fetchone()[0]
-        key_30 = c.execute("SELECT inputs_key FROM scores WHERE iteration = 7 AND rubric_version = '3.0.0'"
-                           ).fetchone()[0]
-    assert key_now == key_30  # the trap is set: the imported score's key matches the stale one
+        before = c.execute("SELECT count(*) FROM events").fetchone()[0]
+    code, _, err = _cli(cfg, "import", str(forged))
+    assert code == 1 and "holds events already" in err and "nothing was imported" in err, err
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM events").fetchone()[0] == before
     assert _cli(cfg, "backfill", "--rubric", "3.0.0")[0] == 0
     fresh = tmp_path / "fresh.toml"
     fresh.write_text(cfg.read_text().replace(str(db), str(tmp_path / "never-left.sqlite"))

@@ -95,22 +95,54 @@ def _lone_surrogate(obj: object) -> str | None:
     return None
 
 
+# A restore leaves each whole file the export speaks of (its stream's last event not its
+# removal) a checkpoint with no stat and a content hash no file has: the first scan reads
+# the file again, records its content after the export's last event of it (the key ends
+# with ``|after:<seq>``: ``ledger/commit.place``), and records a file that is gone as
+# removed. So what the export said of a file is history; what the ledger holds of it
+# now is what the file says.
+RESTORED = "restored:unverified"
+_WHOLE_FILE_KINDS = ("record", "historical", "hook_outcomes", "labels", "misnamed", "verifier_result",
+                     "review_decision", "tasks", "annotation")
+_RESTORED_CHECKPOINTS = (
+    "INSERT OR IGNORE INTO source_checkpoints (source, path, kind, content_hash, last_seq)"
+    f" SELECT source, source_path, kind, '{RESTORED}', seq FROM (SELECT source, source_path, seq, type,"
+    " CASE type WHEN 'iteration.recorded' THEN 'record' WHEN 'historical.recorded' THEN 'historical'"
+    " WHEN 'hook_outcomes.recorded' THEN 'hook_outcomes' WHEN 'labels.recorded' THEN 'labels'"
+    " WHEN 'artifact.recorded' THEN payload ->> '$.artifact.kind' WHEN 'annotation.recorded' THEN 'annotation'"
+    " WHEN 'source.quarantined' THEN payload ->> '$.kind' END AS kind FROM events"
+    " WHERE seq IN (SELECT max(seq) FROM events WHERE source_path IS NOT NULL GROUP BY stream))"
+    f" WHERE kind IN {_WHOLE_FILE_KINDS!r}")
+
+
 def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int = 1000,
                  progress=None, total: int = 0) -> tuple[int, int]:
-    """Append exported events (in their order) and project them; returns (read, new).
+    """Restore a ledger's whole export into an empty ledger; returns (read, new).
+
+    What an import is for: re-creating a ledger from its export (a machine's disk
+    replaced, a ledger moved), nothing else. So it adds events only to a ledger that
+    has none, and takes only a whole export: its lines in order from seq 1 with no gap
+    (an ``--after`` or ``--type`` export is a part, refused). A ledger that holds events
+    takes an import only when the export brings nothing new (importing twice changes
+    nothing); one new line refuses the whole import. That is what makes an import unable
+    to speak for this ledger's files, whatever its lines say: a ledger that has read
+    anything never takes another's events, and a restored ledger reads its files again
+    at its first scan, each file's content recorded anew after the export's history
+    (``_RESTORED_CHECKPOINTS``), so the file on disk, not the export, says what it holds.
 
     Keys, payload text, versions and times are kept as exported; the receiving
-    ledger numbers the events itself. An event already present (same idempotency
-    key) is skipped, so importing twice changes nothing. All or nothing: one
-    transaction, so a refused line (a score its own breakdown contradicts, say)
-    leaves the ledger as it was. ``progress(read, total)`` hears after each batch
-    (``total``: the lines, when the caller counted them)."""
+    ledger numbers the events itself. All or nothing: one transaction, so a refused
+    line (a score its own breakdown contradicts, say) leaves the ledger as it was.
+    ``progress(read, total)`` hears after each batch (``total``: the lines, when the
+    caller counted them)."""
     from ..scoring.combine import inconsistency
     from ..store.events import CURRENT, Event, upcast
     from ..store.log import EventLog
 
     read = new = 0
     pending: list[Event] = []
+    held = conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None
+    expected = 1
 
     def flush() -> int:
         """Append and project a chunk, inside the import's one transaction (its origins
@@ -136,6 +168,16 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
                 if _SURROGATE_ESCAPE.search(line) and (lone := _lone_surrogate(obj)):
                     raise ImportRefused(f"line {n}: a string holds a lone surrogate ({lone}), which is not text;"
                                         " nothing was imported")
+                if obj["seq"] != expected or type(obj["seq"]) is not int:
+                    raise ImportRefused(f"line {n}: seq {obj['seq']!r} where {expected} was due: an import takes"
+                                        " a whole export (from seq 1, no gaps: not --after, not --type);"
+                                        " nothing was imported")
+                expected += 1
+                if held and conn.execute("SELECT 1 FROM events WHERE idempotency_key = ?",
+                                         (obj["idempotency_key"],)).fetchone() is None:
+                    raise ImportRefused(f"line {n}: {obj['type']} {obj['idempotency_key']!r} is not in this ledger,"
+                                        " which holds events already: an import restores an export into an"
+                                        " empty ledger only; nothing was imported")
                 stored = _payload_text(line, obj["payload"])
                 origin_seq = obj.get("origin_seq")
                 if origin_seq is not None and (type(origin_seq) is not int or origin_seq < 1):
@@ -160,6 +202,8 @@ def import_lines(conn: sqlite3.Connection, lines: Iterable[str], *, batch: int =
                 if progress:
                     progress(read, total)
         new += flush()
+        if not held and new:
+            conn.execute(_RESTORED_CHECKPOINTS)
     if progress:
         progress(read, total)
     return read, new
