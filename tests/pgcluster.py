@@ -7,7 +7,16 @@ import socket
 
 from agentledger.example.pgcluster import BIN, PASSWORD, USER, Cluster, available
 
-__all__ = ["BIN", "Cluster", "Proxy", "available"]
+__all__ = ["BIN", "Cluster", "Proxy", "available", "shut"]
+
+
+def shut(*socks: socket.socket) -> None:
+    """Both directions of each socket shut down (a pump's peer sees the end)."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class Proxy:
@@ -69,11 +78,7 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut(src, dst)
 
     def _drop(self) -> None:
         with self.lock:

@@ -27,6 +27,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "redact": set(),
     "errors": set(),
     "names": set(),
+    "terminal": {"redact"},
+    "userfiles": set(),
     "config": {"paths", "redact"},
     "scoring": {"jsonnum", "model", "reference", "paths"},
     "output": {"reference", "process", "scoring"},
@@ -78,10 +80,13 @@ def package(name: str) -> str:
     return name.split(".")[0]
 
 
+EVERYWHERE = ("errors", "names", "terminal", "userfiles")
+
+
 def allowed(importer: str, target: str) -> bool:
     own = package(importer)
-    if package(target) == own or target == "__version__" or target in ("errors", "names"):  # every package may raise them, and name files
-        return True
+    if package(target) == own or target == "__version__" or target in EVERYWHERE:
+        return True  # every package may raise errors, name files and show text
     rules = MAY_IMPORT[own]
     return any(target == r or target.startswith(r + ".") for r in rules)
 

@@ -89,6 +89,26 @@ def assert_exactly_the_union(url: str, dbs: list[Path]) -> int:
     return compared
 
 
+_READERS = iter(range(1, 10**6))
+
+
+def reader(url: str) -> str:
+    """A reader role on the team ledger at ``url``, made by its admin (``central add-reader``;
+    ``central init`` first when the database has no schema yet), and its URL with the
+    password in it: the read door takes no admin's or superuser's URL."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert run_cli("central", "init", url)[0] == 0
+    name = f"reader_{os.getpid()}_{next(_READERS)}"
+    code, out, err = run_cli("central", "add-reader", url, name)
+    assert code == 0, err
+    password = out.strip().rsplit(":", 1)[1]
+    info = conninfo_to_dict(url)
+    if info["host"].startswith("/"):
+        return f"postgresql://{name}:{password}@/{info['dbname']}?host={info['host']}&port={info['port']}"
+    return f"postgresql://{name}:{password}@{info['host']}:{info['port']}/{info['dbname']}"
+
+
 def ship(url: str, db: Path, *extra: str) -> subprocess.CompletedProcess:
     return cli_subprocess("ship", "--central", url, "--db", str(db), *extra, timeout=300)
 
@@ -114,7 +134,8 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
         assert c.execute("SELECT count(*) FROM agentledger.events WHERE payload IS NULL").fetchone()[0] == 0
         assert c.execute("SELECT count(*) FROM agentledger.events WHERE payload_text IS NOT NULL").fetchone()[0] == 1
     # the projections people query agree with each machine's own
-    code, out, _ = run_cli("query", "--central", url, "--json",
+    reads = reader(url)
+    code, out, _ = run_cli("query", "--central", reads, "--json",
                            "SELECT ledger_id::text AS id, source, iteration, rubric_version, value, band FROM latest_scores")
     central = {(r["id"], r["iteration"]): (r["rubric_version"], r["value"], r["band"]) for r in json.loads(out)}
     for db in dbs:
@@ -122,16 +143,16 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
             local = {(ledger_id(db), it): (rv, v, b) for it, rv, v, b in c.execute(
                 "SELECT iteration, rubric_version, value, band FROM latest_scores")}
         assert {k: v for k, v in central.items() if k[0] == ledger_id(db)} == local
-    code, out, _ = run_cli("query", "--central", url, "--json", "SELECT count(*) AS n, sum(passed::int) AS p FROM trials")
+    code, out, _ = run_cli("query", "--central", reads, "--json", "SELECT count(*) AS n, sum(passed::int) AS p FROM trials")
     with sqlite3.connect(dbs[0]) as c:
         assert tuple(json.loads(out)[0].values()) == c.execute("SELECT count(*), sum(passed) FROM trials").fetchone()
-    code, out, _ = run_cli("query", "--central", url, "--json", "SELECT path, line FROM open_quarantine")
+    code, out, _ = run_cli("query", "--central", reads, "--json", "SELECT path, line FROM open_quarantine")
     with sqlite3.connect(dbs[0]) as c:
         local_q = c.execute("SELECT path, line FROM open_quarantine").fetchall()
     assert [(r["path"], r["line"]) for r in json.loads(out)] == local_q == [("run-a/results.jsonl", 32)]
     # the team report: every machine and repository, drawn by the same charts as a machine's own
     page = tmp_path / "team.html"
-    code, out, err = run_cli("report", "--central", url, "-o", str(page))
+    code, out, err = run_cli("report", "--central", reads, "-o", str(page))
     assert code == 0 and f"{750} iterations" in out, err
     html = page.read_text()
     for chart in ("trend-overall", "sessions", "by-machine", "by-repository", "bands-over-time", "signals-over-time",
@@ -141,7 +162,7 @@ def test_three_machines_ship_concurrently_and_the_union_arrives_exactly_once(pg,
     assert all(f">box-{k}<" in machines for k in range(3)) and "agentledger team report" in html
     # as the README writes it: the one [[ship]] entry of the config, the SQL right after --central
     cfg = tmp_path / "agentledger.toml"
-    cfg.write_text(f'[store]\npath = "{dbs[0]}"\n[[ship]]\nurl = "{url}"\n')
+    cfg.write_text(f'[store]\npath = "{dbs[0]}"\n[[ship]]\nurl = "{reads}"\n')
     for argv in (["query", "--central", "SELECT count(*) AS n FROM latest_scores"],
                  ["query", "SELECT count(*) AS n FROM latest_scores", "--central"]):
         code, out, err = run_cli(*argv, "--config", str(cfg), "--json")
@@ -270,12 +291,13 @@ def test_a_rubric_bump_on_one_machine_moves_only_its_central_scores(pg, tmp_path
         assert ship(url, db).returncode == 0
     assert run_cli("backfill", *a_args, "--rubric", "3.0.0")[0] == 0
     assert ship(url, a).returncode == 0
-    code, out, _ = run_cli("query", "--central", url, "--json",
+    reads = reader(url)
+    code, out, _ = run_cli("query", "--central", reads, "--json",
                            "SELECT ledger_id::text AS id, rubric_version, count(*) AS n FROM latest_scores"
                            " GROUP BY 1, 2 ORDER BY 1, 2")
     assert {(r["id"], r["rubric_version"], r["n"]) for r in json.loads(out)} == {
         (ledger_id(a), "3.0.0", 60), (ledger_id(b), "2.1.0", 60)}
-    code, out, _ = run_cli("query", "--central", url, "--json",
+    code, out, _ = run_cli("query", "--central", reads, "--json",
                            "SELECT count(*) AS n FROM score_history WHERE ledger_id = :id", "-p", "id", ledger_id(a))
     assert json.loads(out)[0]["n"] == 120  # both rubrics' scores stay in the history
 

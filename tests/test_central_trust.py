@@ -18,7 +18,7 @@ import pytest
 from agentledger.example.pgcluster import PASSWORD
 
 from .conftest import cli_subprocess, wait_until
-from .test_central import assert_exactly_the_union, ledger_id, machine, ship
+from .test_central import assert_exactly_the_union, ledger_id, machine, reader, ship
 
 
 def server_state(url: str) -> tuple:
@@ -100,36 +100,42 @@ ATTACKS = [
 ]
 
 
-def test_a_read_never_writes_whatever_the_sql_even_as_a_superuser(pg, tmp_path: Path) -> None:
+def test_a_read_never_writes_whatever_the_sql(pg, tmp_path: Path) -> None:
     url, _ = shipped_team(pg, tmp_path, "reads")  # the URL names the cluster's superuser
+    reads = reader(url)
     before = server_state(url)
     assert before[1][before[0].index("events")] > 100
+    # the superuser's URL is refused at the door, before any statement is sent
+    proc = cli_subprocess("query", "--central", url, "SELECT 1")
+    assert proc.returncode == 2 and "is a superuser" in one_line(proc.stderr) and "add-reader" in proc.stderr
     for sql in ATTACKS:
-        proc = cli_subprocess("query", "--central", url, sql)
+        proc = cli_subprocess("query", "--central", reads, sql)
         assert proc.returncode == 1, (sql, proc.stdout, proc.stderr)
         line = one_line(proc.stderr)
         assert line.startswith("agentledger: query failed: "), (sql, line)
         assert server_state(url) == before, sql
     assert not Path("/tmp/agentledger-pwned").exists()
     # what a read is for still works, with parameters, a cast, a % and a trailing ';'
-    proc = cli_subprocess("query", "--central", url, "--json", "-p", "band", "excellent",
+    proc = cli_subprocess("query", "--central", reads, "--json", "-p", "band", "excellent",
                           "SELECT count(*)::int AS n, '100%' AS pct FROM latest_scores WHERE band <> :band;")
     assert proc.returncode == 0, proc.stderr
     assert '"pct": "100%"' in proc.stdout
-    assert cli_subprocess("query", "--central", url, "SHOW transaction_read_only").stdout.split()[-1] == "on"
-    # report --central and central status go through the same door
-    assert cli_subprocess("report", "--central", url, "-o", str(tmp_path / "r.html")).returncode == 0
+    assert cli_subprocess("query", "--central", reads, "SHOW transaction_read_only").stdout.split()[-1] == "on"
+    # report --central goes through the same door; central status is the admin's own fixed read
+    assert cli_subprocess("report", "--central", reads, "-o", str(tmp_path / "r.html")).returncode == 0
+    assert cli_subprocess("report", "--central", url, "-o", str(tmp_path / "r.html")).returncode == 2
     assert cli_subprocess("central", "status", url).returncode == 0
     assert server_state(url) == before
 
 
 def test_the_server_itself_refuses_what_the_statement_check_would_have_stopped(pg, tmp_path: Path) -> None:
-    """Layers 1-3 of central/read.py alone (the statement check bypassed), as a superuser."""
+    """The door without its statement check, as a reader: the server's privileges alone."""
     import psycopg
 
     from agentledger.central.read import reading
 
     url, _ = shipped_team(pg, tmp_path, "layers")
+    reads = reader(url)
     before = server_state(url)
     other = psycopg.connect(url)  # a session a superuser could terminate
     try:
@@ -139,16 +145,16 @@ def test_the_server_itself_refuses_what_the_statement_check_would_have_stopped(p
             ("SELECT set_config('transaction_read_only', 'off', true)", "before any query"),
             ("DELETE FROM agentledger.events", "read-only transaction"),
             ("CREATE TABLE agentledger.pwned(a int)", "read-only transaction"),
-            ("COPY agentledger.events TO PROGRAM 'touch /tmp/agentledger-pwned'", "must be superuser"),
+            ("COPY agentledger.events TO PROGRAM 'touch /tmp/agentledger-pwned'", "permission denied"),
             ("SELECT lo_import('/etc/hostname')", "permission denied"),
             (f"SELECT pg_terminate_backend({other.info.backend_pid})", "permission denied"),
             ("SELECT pg_reload_conf()", "permission denied"),
             ("SELECT pg_read_file('/etc/hostname')", "permission denied"),
         ]:
-            with reading(url) as reader:
-                assert reader.pg.execute("SELECT current_user").fetchone()[0] == "agentledger_reader"
+            with reading(reads) as door:
+                assert door.pg.execute("SELECT current_user").fetchone()[0] == "agentledger_reader"
                 with pytest.raises(psycopg.Error) as err:
-                    reader.pg.execute(sql, prepare=True)
+                    door.pg.execute(sql, prepare=True)
                 denied = isinstance(err.value, psycopg.errors.InsufficientPrivilege)
                 assert refusal in str(err.value) or (refusal == "permission denied" and denied), (sql, str(err.value))
         assert not other.closed and other.execute("SELECT 1").fetchone() == (1,)
@@ -167,7 +173,7 @@ def active(url: str, text: str) -> list[int]:
 
 
 def test_a_runaway_query_stops_at_its_time_limit_and_ctrl_c_cancels_it_on_the_server(pg, tmp_path: Path) -> None:
-    url = pg.create_database("runaway")
+    url = reader(pg.create_database("runaway"))
     started = time.monotonic()
     proc = cli_subprocess("query", "--central", url, "--timeout", "1", "SELECT pg_sleep(600)")
     assert proc.returncode == 1 and time.monotonic() - started < 60
@@ -385,7 +391,7 @@ def test_upgrading_a_database_of_one_shared_role_keeps_every_event(pg, tmp_path:
     assert assert_exactly_the_union(old, [db]) == events
     assert ship(fresh, db).returncode == 0
     view = "SELECT source, iteration, rubric_version, value, band, session_id FROM latest_scores ORDER BY 1, 2"
-    got = {u: cli_subprocess("query", "--central", u, "--json", view).stdout for u in (old, fresh)}
+    got = {u: cli_subprocess("query", "--central", reader(u), "--json", view).stdout for u in (old, fresh)}
     assert got[old] == got[fresh] and len(got[old]) > 1000
     line = add_role(old, "add-machine", "laptop")
     proc = cli_subprocess("central", "status", old)
@@ -449,7 +455,8 @@ def test_the_daemon_log_never_carries_a_password() -> None:
 
 
 def test_a_team_ledger_from_before_roles_is_read_through_the_same_door(pg, tmp_path: Path) -> None:
-    """No reader role yet (migration 3): the read still runs read-only, one statement."""
+    """No reader group yet (migration 3): a powerless login role the admin made reads,
+    read-only, one statement; the superuser's URL is refused there too."""
     import psycopg
 
     from agentledger.central import schema
@@ -457,8 +464,14 @@ def test_a_team_ledger_from_before_roles_is_read_through_the_same_door(pg, tmp_p
     url = pg.create_database("before_roles")
     with psycopg.connect(url) as conn:
         schema.migrate(conn, upto=3)
-    ok = cli_subprocess("query", "--central", url, "SELECT count(*) AS n FROM agentledger.events")
+        conn.execute("CREATE ROLE plain_reader_before_roles LOGIN PASSWORD 'plainpw'")
+        conn.execute("GRANT USAGE ON SCHEMA agentledger TO plain_reader_before_roles")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA agentledger TO plain_reader_before_roles")
+    plain = url.replace(f"agentledger:{PASSWORD}@", "plain_reader_before_roles:plainpw@")
+    assert plain != url
+    ok = cli_subprocess("query", "--central", plain, "SELECT count(*) AS n FROM agentledger.events")
     assert ok.returncode == 0 and ok.stdout.split()[-1] == "0", ok.stderr
     for sql in ("COMMIT; DELETE FROM agentledger.events", "CREATE TABLE agentledger.x (a int)"):
-        proc = cli_subprocess("query", "--central", url, sql)
+        proc = cli_subprocess("query", "--central", plain, sql)
         assert proc.returncode == 1 and one_line(proc.stderr).startswith("agentledger: query failed:")
+    assert cli_subprocess("query", "--central", url, "SELECT 1").returncode == 2

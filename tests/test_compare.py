@@ -110,12 +110,32 @@ def test_markdown_for_a_pull_request_and_independent_halves(scored) -> None:
     assert len(rows) == 1 and "permutation (difference of means)" in rows[0]
 
 
+def test_the_readmes_date_split_compares_on_generated_data(scored) -> None:
+    code, out, err = run_cli("compare", "--a", "until=2026-06-14", "--b", "since=2026-06-15", "--format", "markdown",
+                             *scored)
+    assert code == 0 and "### agentledger compare: iterations" in out, err
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--a", "colour=red", "--b", "rubric=3.0.0"], "'colour' selects no iterations"),
     (["--a", "rubric=2.1.0", "--b", "rubric=2.1.0"], "select the same cohort"),
     (["--a", "iterations=abc", "--b", "rubric=3.0.0"], "give a range LO-HI"),
     (["--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--metric", "nope"], "no metric nope"),
     (["--a", "rubric=2.1.0", "--b", "rubric=3.0.0", "--alpha", "2"], "between 0 and 1"),
+    # gates fail closed: a cohort that selects nothing, a value that matches nothing, a date that is none
+    (["--a", "rubric=2.1.0", "--b", "rubric=9.9.9"], "rubric='9.9.9' has scored no iteration"),
+    (["--a", "rubric=2.1.0", "--b", "session=no-such-session"], "session='no-such-session' matches no iterations"),
+    (["--a", "task=t0-0", "--b", "task=t9-typo"], "task='t9-typo' matches no iterations (the task values here: t0-0"),
+    (["--a", "until=2026-06-30", "--b", "since=2099-07-01"], "cohort B (since=2099-07-01) selects no iterations:"
+                                                              " the iterations here are dated"),
+    (["--a", "since=1990-01-01", "--b", "until=1990-12-31"], "cohort B (until=1990-12-31) selects no iterations"),
+    (["--a", "iterations=1-30", "--b", "iterations=900-990"], "cohort B (iterations=900-990) selects no iterations"),
+    (["--a", "since=zzz", "--b", "rubric=3.0.0"], "since='zzz' is not a date"),
+    (["--a", "since=2026-13-45", "--b", "rubric=3.0.0"], "since='2026-13-45' is not a date"),
+    (["--a", "until=2026-02-30", "--b", "rubric=3.0.0"], "until='2026-02-30' is not a date"),
+    (["--a", "until=2026-6-1", "--b", "rubric=3.0.0"], "until='2026-6-1' is not a date"),
+    (["--a", "since=2026-06-01T25:00:00", "--b", "rubric=3.0.0"], "is not a date"),
+    (["--a", "since=", "--b", "rubric=3.0.0"], "a selector term is KEY=VALUE"),
 ])
 def test_a_bad_selector_is_one_line_and_exit_2(scored, argv, says) -> None:
     code, out, err = run_cli("compare", *argv, *scored)
@@ -135,6 +155,24 @@ def _variants(root: Path, passes_a, passes_b) -> list[str]:
             lines.append(json.dumps(rec) + "\n")
         (d / "results.jsonl").write_text("".join(lines))
     return ["--vally", str(root / "vally"), "--db", str(root / "l.sqlite")]
+
+
+def test_a_gate_on_a_typo_fails_closed(tmp_path: Path) -> None:
+    """The red team's typo (variant=skil) and its kin: one line naming the term, exit 2, never
+    "not enough data" and exit 0; a real date range and a real variant still compare."""
+    args = _variants(tmp_path, lambda i: True, lambda i: i % 3 != 0)
+    assert run_cli("ingest", *args)[0] == 0
+    for b, says in [("variant=skil", "variant='skil' matches no trials (the variant values here: baseline, skill)"),
+                    ("variant=Skill", "variant='Skill' matches no trials"), ("run=run-z", "run='run-z' matches no"),
+                    ("model=gpt-9", "model='gpt-9' matches no trials"), ("eval=e99", "eval='e99' matches no trials"),
+                    ("stimulus=nope", "stimulus='nope' matches no trials"), ("since=2099-01-01", "selects no trials:"),
+                    ("experiment=nope", "experiment='nope' matches no trials")]:
+        code, out, err = run_cli("compare", "trials", "--a", "variant=baseline", "--b", b, "--fail-on-regression",
+                                 *args)
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and not out, (b, err)
+    code, _, err = run_cli("compare", "trials", "--a", "variant=baseline", "--b", "variant=skill",
+                           "--fail-on-regression", *args)
+    assert code == 1 and "regressed" in err
 
 
 def test_variants_over_the_same_stimuli_pair_and_a_regression_fails_the_gate(tmp_path: Path) -> None:

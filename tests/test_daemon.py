@@ -545,8 +545,8 @@ def test_a_reload_onto_another_ledger_moves_the_run_lock(tmp_path: Path, make_re
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "NOTIFY_SOCKET": str(holder_notify.path)})
 
-    def locked(store: Path) -> bool:
-        fd = os.open(f"{store}.run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def locked(store: Path) -> bool:  # the run lock is the ledger file's own
+        fd = os.open(store, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
@@ -614,7 +614,7 @@ def test_a_reload_onto_the_running_ledger_by_another_name_keeps_it(tmp_path: Pat
         assert "configuration reloaded" in text and "reload refused" not in text
         (log / "iter-3.yaml").write_text(RECORD.format(n=3, r=0))
         assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
-        fd = os.open(tmp_path / "l.sqlite.run.lock", os.O_RDWR)
+        fd = os.open(tmp_path / "l.sqlite", os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):  # still held: a second daemon would be refused
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

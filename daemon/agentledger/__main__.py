@@ -29,7 +29,7 @@ def command(argv: list[str]) -> int:
             return code
     from .cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(argv, own_process=True)
 
 
 def leave(code: int) -> None:

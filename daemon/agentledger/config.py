@@ -327,8 +327,12 @@ def load(explicit: str | None = None, env: dict[str, str] | None = None) -> Conf
     if path is not None:
         import tomllib  # only with a file to read (~4 ms of the close-task hook's start otherwise)
 
+        from .userfiles import UserFileError, read_text
+
         try:
-            data = tomllib.loads(path.read_text("utf-8"))
+            data = tomllib.loads(read_text(path, "config file"))
+        except UserFileError as exc:
+            raise ConfigError(str(exc)) from None
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
         except (OSError, UnicodeDecodeError) as exc:

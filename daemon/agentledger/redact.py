@@ -10,6 +10,9 @@ from urllib.parse import unquote
 
 _USERINFO_PASSWORD = r"^([a-z][a-z0-9+.-]*://[^/@:?#]*):[^@/?#]*@"
 _PASSWORD_PARAM = r"([?&])password=[^&#]*&?"
+# a password as a URL parameter (?password=…) or in libpq's keyword/value form
+# (password=S3cret, password = 'se cret', password='it\'s'): the value as written
+_KEYWORD_PASSWORD = r"(?:^|[?&\s])password\s*=\s*('(?:[^'\\]|\\.)*'?|[^&#\s]*)"
 
 
 def redact_url(url: str) -> str:
@@ -32,7 +35,11 @@ def url_secrets(url: str) -> list[str]:
     m = re.match(r"^[a-z][a-z0-9+.-]*://([^@/?#]*)@", url, flags=re.I) or re.match(r"^[^@]*?://([^@]*)@", url)
     if m and ":" in m.group(1):
         found.append(m.group(1).split(":", 1)[1])
-    found += re.findall(r"(?:^|[?&\s])password=([^&#\s]*)", url, flags=re.I)
+    for value in re.findall(_KEYWORD_PASSWORD, url, flags=re.I):
+        if value.startswith("'"):  # keyword/value form, quoted: \' and \\ escaped inside
+            found += [value, value[1:-1] if value.endswith("'") and len(value) > 1 else value[1:]]
+            value = re.sub(r"\\(.)", r"\1", found[-1])
+        found.append(value)
     out = {v for f in found if f for v in (f, unquote(f))}
     return sorted(out, key=len, reverse=True)
 
@@ -53,4 +60,6 @@ def scrub(text: str, url: str | None = None) -> str:
                 return m.group(0)[0] + "***" + m.group(0)[-1] if shares else m.group(0)
             text = re.sub(r'"[^"\n]*"|\'[^\'\n]*\'', hide, text)
     text = re.sub(r"([a-z][a-z0-9+.-]*://[^/@:?#\s\"']*):[^@\s\"']*@", r"\1:***@", text, flags=re.I)
-    return re.sub(r"(password\s*=\s*)('[^']*'|[^&\s\"']+)", r"\1***", text, flags=re.I)
+    # a quoted value ends at a quote that ends a word: an escaped quote inside it (\'),
+    # even one whose backslash a repr() doubled, hides no part of the password
+    return re.sub(r"(password\s*=\s*)('(?:[^'\n]|'(?![\s\"&]|$))*'?|[^&\s']+)", r"\1***", text, flags=re.I)

@@ -22,8 +22,11 @@ DECLARE
     line_kinds constant text[] := ARRAY['vally', 'transcript'];
 BEGIN
     PERFORM agentledger.claim(ARRAY[p_ledger]);
-    -- one range at a time per ledger: batches sent on several connections at once
-    PERFORM pg_advisory_xact_lock(hashtextextended(p_ledger::text, 0));
+    -- one range at a time per ledger: batches sent on several connections at once. The
+    -- ledger's row, locked FOR UPDATE, which needs UPDATE on the table: no reader can take
+    -- this lock (an advisory lock, which any role may take, let a reader hold a machine's
+    -- shipping for as long as it liked)
+    PERFORM 1 FROM agentledger.ledgers WHERE ledger_id = p_ledger FOR UPDATE;
 
     -- the active rubric: the last rubric.activated
     IF 'rubric.activated' = ANY (p_types) THEN

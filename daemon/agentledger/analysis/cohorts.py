@@ -31,6 +31,70 @@ class SelectorError(ValueError):
     pass
 
 
+# each kind's equality keys: the column a value must equal, and the table that holds it
+EQUAL = {
+    "iterations": {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
+                   "model": "json_extract(r.record, '$.agent.model')",
+                   "agent": "json_extract(r.record, '$.agent.harness')"},
+    "trials": {"run": "t.run_id", "variant": "t.variant", "model": "t.model", "stimulus": "t.stimulus",
+               "eval": "t.eval_name", "source": "t.source", "experiment": "r.experiment"},
+    "annotations": {"group": "a.task_group", "task": "a.task_id", "verdict": "a.verdict",
+                    "failure_mode": "a.failure_mode", "format": "a.format_version", "source": "a.source"},
+}
+_FROM = {
+    "iterations": ("iterations i LEFT JOIN iteration_records r ON r.source = i.source AND r.iteration = i.iteration",
+                   "i.date"),
+    "trials": ("trials t JOIN events e ON e.seq = t.seq LEFT JOIN runs r ON r.source = t.source"
+               " AND r.run_dir = t.run_dir", "e.recorded_at"),
+    "annotations": ("trajectories a JOIN events e ON e.seq = a.seq", "e.recorded_at"),
+}
+_WHEN = re.compile(r"[0-9]{4}(?:-[0-9]{2}(?:-[0-9]{2})?)?")
+
+
+def _checked_when(key: str, value: str) -> str:
+    """``since``/``until``: a year, a month, a day (``2026``, ``2026-06``, ``2026-06-30``) or
+    an ISO 8601 time, each a real one (``2026-13-45`` and ``zzz`` are refused: compared as
+    text they would select everything or nothing without a word)."""
+    from datetime import date, datetime
+
+    try:
+        if _WHEN.fullmatch(value):
+            parts = [int(p) for p in value.split("-")]
+            date(parts[0], *(parts[1:] + [1] * (3 - len(parts))))
+            return value
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return value
+    except ValueError:
+        raise SelectorError(f"{key}={value!r} is not a date: give YYYY-MM-DD (or YYYY-MM, YYYY, or an ISO 8601 time),"
+                            " e.g. since=2026-06-01") from None
+
+
+def why_empty(conn: sqlite3.Connection, kind: str, sel: dict[str, str], label: str) -> str:
+    """One line on why cohort ``label`` (``sel``) holds no unit: the first term whose value
+    matches nothing (with the values there are), a date range outside the data, or the
+    terms together. An empty cohort is a mistake to say, never a comparison to make."""
+    table, when = _FROM[kind]
+    terms = ", ".join(f"{k}={v}" for k, v in sel.items()) or "everything"
+    for key, column in EQUAL[kind].items():
+        if key in sel and not conn.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1",
+                                           (sel[key],)).fetchone():
+            there = [str(r[0]) for r in conn.execute(f"SELECT DISTINCT {column} FROM {table} WHERE {column} IS NOT NULL"
+                                                     f" ORDER BY 1 LIMIT 9")]
+            listed = ", ".join(there[:8]) + (", …" if len(there) > 8 else "")
+            return (f"cohort {label}: {key}={sel[key]!r} matches no {kind}"
+                    + (f" (the {key} values here: {listed})" if there else f" (there are no {kind} here)"))
+    if kind == "iterations" and "rubric" in sel and not conn.execute(
+            "SELECT 1 FROM scores WHERE rubric_version = ? LIMIT 1", (sel["rubric"],)).fetchone():
+        scored = ", ".join(r[0] for r in conn.execute("SELECT DISTINCT rubric_version FROM scores ORDER BY 1"))
+        return (f"cohort {label}: rubric={sel['rubric']!r} has scored no iteration here (scored under: {scored or 'none'};"
+                f" agentledger backfill --rubric {sel['rubric']} scores them)")
+    if "since" in sel or "until" in sel:
+        lo, hi = conn.execute(f"SELECT min({when}), max({when}) FROM {table}").fetchone()
+        if lo is not None:
+            return f"cohort {label} ({terms}) selects no {kind}: the {kind} here are dated {lo[:10]} to {hi[:10]}"
+    return f"cohort {label} ({terms}) selects no {kind}"
+
+
 def parse(kind: str, terms: list[str]) -> dict[str, str]:
     """``["rubric=2.1.0", "since=2026-06-01"]`` → a checked selector."""
     out: dict[str, str] = {}
@@ -46,7 +110,7 @@ def parse(kind: str, terms: list[str]) -> dict[str, str]:
                 raise SelectorError(f"{key!r} selects no {kind}; one of: {', '.join(KEYS[kind])}")
             if key in out:
                 raise SelectorError(f"{key!r} given twice in one cohort")
-            out[key] = value.strip()
+            out[key] = _checked_when(key, value.strip()) if key in ("since", "until") else value.strip()
     if kind == "iterations" and "iterations" in out and not re.fullmatch(r"\d+-\d+", out["iterations"]):
         raise SelectorError(f"iterations={out['iterations']!r}: give a range LO-HI, e.g. iterations=100-200")
     if kind == "iterations" and "label" in out and ":" not in out["label"]:
@@ -88,9 +152,7 @@ def iterations(conn: sqlite3.Connection, sel: dict[str, str], active: str | None
     ``prices`` (``cost.Prices``) and ``transcripts`` (source -> its transcript
     directories): also each iteration's cost, where it is priced."""
     rubric = sel.get("rubric") or active
-    where, args = _where(sel, {"session": "i.session_id", "task": "i.task_id", "source": "i.source",
-                               "model": "json_extract(r.record, '$.agent.model')",
-                               "agent": "json_extract(r.record, '$.agent.harness')"}, "i.date")
+    where, args = _where(sel, EQUAL["iterations"], "i.date")
     where.append("s.rubric_version = ?")
     args.append(rubric)
     if "iterations" in sel:
@@ -153,9 +215,7 @@ TRIAL_METRICS = {  # name -> SQL over a trials row
 
 def trials(conn: sqlite3.Connection, sel: dict[str, str], prices=None) -> Cohort:
     """``prices`` (``cost.Prices``): also each trial's cost, where its model is priced."""
-    where, args = _where(sel, {"run": "t.run_id", "variant": "t.variant", "model": "t.model",
-                               "stimulus": "t.stimulus", "eval": "t.eval_name", "source": "t.source",
-                               "experiment": "r.experiment"}, "e.recorded_at")
+    where, args = _where(sel, EQUAL["trials"], "e.recorded_at")
     cols = ", ".join(TRIAL_METRICS.values())
     sql = (f"SELECT t.eval_name, t.stimulus, {cols}, t.model, t.input_tokens, t.output_tokens, t.cache_read_tokens,"
            f" t.cache_write_tokens, e.recorded_at FROM trials t JOIN events e ON e.seq = t.seq"
@@ -188,9 +248,7 @@ def annotations(conn: sqlite3.Connection, sel: dict[str, str]) -> Cohort:
     """Annotated trajectories: a unit is a task id (its path when it has none); metrics
     are the score (normalised to 0–1), iterations, wall time, and one pass/fail share
     per failure mode (``failure_mode:NAME``)."""
-    where, args = _where(sel, {"group": "a.task_group", "task": "a.task_id", "verdict": "a.verdict",
-                               "failure_mode": "a.failure_mode", "format": "a.format_version",
-                               "source": "a.source"}, "e.recorded_at")
+    where, args = _where(sel, EQUAL["annotations"], "e.recorded_at")
     if "path" in sel:
         where.append("a.path GLOB ?")
         args.append(sel["path"])

@@ -111,6 +111,9 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
     else:
         ca, cb = cohorts.trials(conn, a, prices), cohorts.trials(conn, b, prices)
         known = [m for m in TRIAL_METRICS if m.name != "cost_usd" or prices is not None]
+    for label, c, sel in (("A", ca, a), ("B", cb, b)):
+        if not c.units:
+            raise cohorts.SelectorError(cohorts.why_empty(conn, kind, sel, label))
     if metrics:
         by_name = {m.name: m for m in known}
         missing = [m for m in metrics if m not in by_name]

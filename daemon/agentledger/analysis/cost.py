@@ -35,6 +35,11 @@ class Tokens:
     cache_write_1h: int = 0
 
 
+# the most a price may be, USD per million tokens: far above any model's, and small enough
+# that no count of tokens makes a sum that is not a number (1e308 printed "$inf")
+MAX_PRICE = 1_000_000
+
+
 class Prices:
     def __init__(self, overrides: dict[str, dict[str, float]] | None = None) -> None:
         self.overrides = overrides or {}
@@ -45,9 +50,13 @@ class Prices:
         """The override file (``[models."NAME"]`` tables of ``KEYS``), checked."""
         if not path:
             return cls()
+        from ..userfiles import UserFileError, read_text
+
         p = Path(path).expanduser()
         try:
-            data = tomllib.loads(p.read_text("utf-8"))
+            data = tomllib.loads(read_text(p, "price file"))
+        except UserFileError as exc:
+            raise PricesError(str(exc)) from None
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise PricesError(f"{p}: cannot read the price file: {exc}") from None
         models = data.get("models", {})
@@ -59,8 +68,9 @@ class Prices:
                 raise PricesError(f"{p}: [models.{name!r}] takes {', '.join(KEYS)} (USD per million tokens)")
             for key, value in prices.items():
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                        or value < 0:
-                    raise PricesError(f"{p}: [models.{name!r}] {key} = {value!r}: give a price ≥ 0")
+                        or not 0 <= value <= MAX_PRICE:
+                    raise PricesError(f"{p}: [models.{name!r}] {key} = {value!r}: give a price from 0 to"
+                                      f" {MAX_PRICE:,} USD per million tokens")
             out[name] = {k: float(v) for k, v in prices.items()}
         return cls(out)
 

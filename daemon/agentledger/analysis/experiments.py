@@ -17,6 +17,8 @@ import sqlite3
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from ..terminal import shown
+
 
 @dataclass
 class StimulusRow:
@@ -180,7 +182,8 @@ def render(exp: Experiment, *, markdown: bool = False) -> str:
     from .render import text as compare_text
 
     h = "### " if markdown else ""
-    out = [f"{h}experiment {exp.experiment or '(unnamed)'}, run {exp.run_id}: baseline {exp.baseline}", ""]
+    out = [f"{h}experiment {shown(exp.experiment or '(unnamed)')}, run {shown(exp.run_id)}: baseline"
+           f" {shown(exp.baseline)}", ""]
     ks = sorted({k for v in exp.variants for k in v.pass_at})
     rows = [[v.variant, str(v.stimuli), str(v.trials), f"{v.pass_rate * 100:.1f} %",
              *[_f(v.pass_at.get(k), ".3f") for k in ks],
@@ -204,6 +207,6 @@ def render(exp: Experiment, *, markdown: bool = False) -> str:
                                                         f" ({g['passed'] / g['total'] * 100:.0f} %)"]
                                                        for g in exp.graders], markdown=markdown)
     for variant, c in exp.deltas.items():
-        out += ["", f"{h}{variant} against {exp.baseline}", ""]
+        out += ["", f"{h}{shown(variant)} against {shown(exp.baseline)}", ""]
         out.append(compare_markdown(c) if markdown else compare_text(c))
     return "\n".join(out)

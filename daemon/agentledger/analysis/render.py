@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+from ..terminal import shown
 from .compare import Comparison, Result
 
 VERDICT_MARK = {"improved": "improved", "regressed": "REGRESSED", "no detectable change": "no detectable change",
@@ -83,7 +84,10 @@ ALIGN = "lrrrrrll"  # Markdown column alignment: figures to the right
 
 def table(headers: list[str], rows: list[list[str]], *, markdown: bool = False, align: str = "") -> list[str]:
     """The lines of a table: aligned columns for a terminal, or Markdown (``align``:
-    an ``l`` or ``r`` a column)."""
+    an ``l`` or ``r`` a column). Every cell shown as ``terminal.shown`` shows it: a
+    variant or an eval named with an escape sequence or a line break stays in its cell."""
+    headers = [shown(h) for h in headers]
+    rows = [[shown(c) for c in row] for row in rows]
     if markdown:
         rule = ["---:" if a == "r" else "---" for a in align.ljust(len(headers), "l")]
         return (["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|"]

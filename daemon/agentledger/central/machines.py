@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from .connect import CentralError
 
 KINDS = {"machine": "agentledger_machine", "reader": "agentledger_reader"}
+# what a reader's role carries on the server (central/read.py reads them back and never
+# lifts them): a statement, a wait for a lock, a transaction left idle; and how many
+# sessions it may hold at once, so that readers cannot take the server's connections
+READER_LIMITS = {"statement_timeout": "60s", "lock_timeout": "5s", "idle_in_transaction_session_timeout": "60s"}
+READER_CONNECTIONS = 8
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -53,6 +58,12 @@ def add(pg, name: str, kind: str, *, ledgers: list[str] | None = None) -> Added:
     verifier = pg.pgconn.encrypt_password(password.encode(), name.encode(), b"scram-sha-256").decode()
     pg.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
         sql.Identifier(name), sql.Literal(verifier), sql.Identifier(KINDS[kind])))
+    if kind == "reader":
+        pg.execute(sql.SQL("ALTER ROLE {} CONNECTION LIMIT {}").format(sql.Identifier(name),
+                                                                       sql.Literal(READER_CONNECTIONS)))
+        for setting, value in READER_LIMITS.items():
+            pg.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(sql.Identifier(name), sql.Identifier(setting),
+                                                                   sql.Literal(value)))
     pg.execute("INSERT INTO agentledger.machines (role, kind) VALUES (%s, %s)", (name, kind))
     bound: list[str] = []
     if kind == "machine":

@@ -1,32 +1,33 @@
-"""Reading the team ledger: the one door every read path goes through (``query
---central``, ``report --central``, ``central status``, ``central new-id``).
+"""Reading the team ledger: the one door of every read whose SQL a person gives or our
+report runs (``query --central``, ``report --central``), and the read-only session of
+the admin's and the machines' own fixed reads (``central status``, ``central new-id``).
 
-A read can never write, whatever the SQL and whoever the role in the URL, because
-the server refuses it, in layers that each hold on their own:
+The door's safety comes from the server's privileges, never from parsing SQL:
+functions that run SQL given as text (``ts_stat``, ``query_to_xml`` and kin) pass any
+lexer, and a session whose user is a superuser can reset the role it was set to. So:
 
-1. One statement per call, sent with the extended query protocol (a named
-   prepared statement): the server refuses a string with two commands
-   ("cannot insert multiple commands into a prepared statement"), so
-   ``COMMIT; DELETE …`` never reaches the executor.
-2. A ``REPEATABLE READ READ ONLY`` transaction whose snapshot is taken before the
-   statement runs: PostgreSQL then refuses ``SET TRANSACTION READ WRITE`` and
-   ``set_config('transaction_read_only', 'off', …)``, and every write (DML, DDL,
-   ``SELECT … INTO``, ``nextval``, a writing CTE) fails inside it.
-3. When the team ledger has its reader role (``agentledger_reader``, central
-   migration 4) and the URL's role may assume it (an admin or a superuser may),
-   the statement runs as that role (``SET LOCAL ROLE``): it can SELECT and
-   nothing else, so even a superuser's URL loses the powers that act outside a
-   transaction (``lo_export``, ``pg_terminate_backend``, ``COPY … TO PROGRAM``).
-4. Before anything is sent, the statement is lexed (strings, quoted identifiers,
-   dollar quotes and nested comments understood): it must begin with ``SELECT``,
-   ``WITH``, ``VALUES``, ``TABLE``, ``EXPLAIN`` or ``SHOW``, and may not call a
-   function that changes state outside the transaction or runs SQL text
-   (``set_config``, which could drop layer 3, ``lo_*``, ``dblink``,
-   ``query_to_xml``, …; ``REFUSED``). This layer is what says why, in one line.
+1. The door runs only as a role that cannot do harm (``refuse_power``): a URL whose
+   session user is a superuser, has CREATEROLE, BYPASSRLS or REPLICATION, owns the
+   schema, is a machine role, or is a member of any role that is one of those or of
+   the server's file, program and signal roles (``pg_read_server_files``,
+   ``pg_write_server_files``, ``pg_execute_server_program``, ``pg_signal_backend``) is
+   refused in one line before any statement is sent (exit 2: use a reader,
+   ``central add-reader``). Such a role reads no file, signals no other session, and
+   takes no lock the shipper waits for: the shipper serialises on its ledger's row
+   (``FOR UPDATE``, which needs UPDATE on the table: schema/central/projection.sql),
+   not on an advisory lock anyone may take.
+2. Its limits live on the server: the statement, lock and idle-in-transaction timeouts
+   the admin set on the role (``add-reader`` sets them; ``pg_db_role_setting``, not
+   what the client's startup options say) are the most a read may have; ``--timeout``
+   can lower the statement timeout, never lift it.
+3. One statement per call, by the extended query protocol (the server refuses two
+   commands in one prepared statement), in a ``REPEATABLE READ READ ONLY``
+   transaction whose snapshot is taken first (every write fails inside it), as the
+   reader group role when the session user is in it; always rolled back.
+4. The lexer (``check_statement``) stays only to say why in a friendlier first line
+   (``set_config() is refused here``); nothing depends on it.
 
-A statement timeout (``SET LOCAL``; the statement cannot change it, set_config
-being refused) ends a runaway query; Ctrl-C cancels it on the server (psycopg
-sends the cancel request) and the transaction is always rolled back.
+Ctrl-C cancels the statement on the server, whatever the moment it comes (``_cancelling``).
 """
 
 from __future__ import annotations
@@ -36,13 +37,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..errors import AgentledgerError
-from ..redact import scrub
+from ..redact import scrub, strip_password
 from .connect import CentralError, connect, describe
 
-__all__ = ["CentralError", "DEFAULT_TIMEOUT", "QueryError", "Reader", "check_statement", "query", "reading"]
+__all__ = ["CentralError", "DEFAULT_TIMEOUT", "PowerfulRole", "QueryError", "Reader", "check_statement", "query",
+           "reading"]
 
 DEFAULT_TIMEOUT = 60.0  # seconds a statement may run (query --central --timeout)
 READER_ROLE = "agentledger_reader"
+MACHINE_ROLE = "agentledger_machine"
+# the server's own roles that reach outside the database: files, programs, other sessions
+SERVER_POWERS = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program", "pg_signal_backend")
+# the limits a reader's role carries on the server (``central add-reader`` sets them)
+LIMITS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
 STATEMENTS = ("select", "with", "values", "table", "explain", "show")
 # Functions that act outside the read-only transaction (files, other sessions, the
 # server, replication, advisory locks, large objects), change the session (set_config:
@@ -52,7 +59,8 @@ REFUSED = re.compile(
     r"read_\w+|ls_\w+|stat_file|file_\w+|write_\w+|terminate_backend|cancel_backend|reload_conf|rotate_logfile\w*"
     r"|switch_wal|switch_xlog|create_\w+|drop_\w+|replication_\w+|logical_\w+|copy_\w+|advisory_\w+"
     r"|try_advisory_\w+|stat_reset\w*|notify|promote|log_backend_memory_contexts|import_system_collations"
-    r"|backup_\w+|start_backup|stop_backup|wal_replay_\w+|sleep_until|export_snapshot)|nextval|setval")
+    r"|backup_\w+|start_backup|stop_backup|wal_replay_\w+|sleep_until|export_snapshot)|nextval|setval"
+    r"|ts_stat|ts_rewrite|(?:table|schema|database)_to_xml\w*")
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -134,6 +142,69 @@ def check_statement(sql: str) -> None:
                 raise QueryError(f"{name}() is refused here: it acts outside a read-only query")
 
 
+class PowerfulRole(AgentledgerError):
+    """The URL's session user could do harm through the read door: exit 2, one line."""
+
+    exit_code = 2
+
+
+# One row about the session user: its own powers, the roles it is a member of that carry
+# one (a member can SET ROLE to any of them), and the limits the admin set on it (role and
+# database settings only: the client's startup options cannot speak for the server).
+_POWER = """
+SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls, r.rolreplication,
+       coalesce((SELECT nspowner FROM pg_namespace WHERE nspname = 'agentledger') = r.oid, false),
+       array(SELECT g.rolname FROM pg_roles g WHERE g.oid <> r.oid AND pg_has_role(r.oid, g.oid, 'MEMBER')
+             AND (g.rolsuper OR g.rolcreaterole OR g.rolbypassrls OR g.rolreplication
+                  OR g.rolname = ANY (%(named)s)
+                  OR g.oid = (SELECT nspowner FROM pg_namespace WHERE nspname = 'agentledger'))
+             ORDER BY 1),
+       array(SELECT unnest(s.setconfig) FROM pg_db_role_setting s
+             WHERE s.setrole = r.oid AND s.setdatabase IN (0, (SELECT oid FROM pg_database
+                                                                WHERE datname = current_database()))
+             ORDER BY s.setdatabase DESC)
+FROM pg_roles r WHERE r.rolname = session_user
+"""
+
+
+def refuse_power(pg, label: str) -> dict[str, float]:
+    """Raise ``PowerfulRole`` unless the session user is powerless (the module's layer 1);
+    the limits (seconds, 0 for none) the admin set on it otherwise."""
+    row = pg.execute(_POWER, {"named": [*SERVER_POWERS, MACHINE_ROLE]}).fetchone()
+    name, superuser, createrole, bypassrls, replication, owner, groups, settings = row
+    powers = [what for what, has in (("is a superuser", superuser), ("has CREATEROLE", createrole),
+                                     ("has BYPASSRLS", bypassrls), ("has REPLICATION", replication),
+                                     ("owns the agentledger schema", owner)) if has]
+    if MACHINE_ROLE in groups:
+        powers.append("is a machine role (it ships; it does not read)")
+    if others := [g for g in groups if g != MACHINE_ROLE]:
+        powers.append(f"is a member of {', '.join(others)}")
+    if powers:
+        raise PowerfulRole(f"{label}: the URL's role {name} {' and '.join(powers)}: the read door runs only as a"
+                           " role that cannot do harm; make a reader with `agentledger central add-reader"
+                           " ADMIN_URL NAME` and use its URL")
+    limits: dict[str, float] = {}
+    for item in settings:  # database-and-role settings first: they win over the role's own
+        key, _, value = item.partition("=")
+        if key in LIMITS and key not in limits:
+            limits[key] = _seconds(pg, value)
+    return limits
+
+
+def _seconds(pg, value: str) -> float:
+    """A duration setting as the server reads it ('60s', '5min', '1500'), in seconds."""
+    seconds = pg.execute("SELECT extract(epoch FROM CASE WHEN %(v)s ~ '^[0-9]+$' THEN (%(v)s || 'ms')::interval"
+                    " ELSE %(v)s::interval END)", {"v": value}).fetchone()[0]
+    return float(seconds)
+
+
+def effective(server: float, asked: float) -> float:
+    """The lower of the server's limit and the one asked for (0: none), never more than the server's."""
+    if not server:
+        return asked
+    return min(server, asked) if asked else server
+
+
 class Reader:
     """The read session's connection: ``execute`` sends one checked statement with
     the extended protocol and makes sure the read-only transaction is still open."""
@@ -147,30 +218,87 @@ class Reader:
         from psycopg.pq import TransactionStatus
 
         check_statement(sql)
-        try:
-            cur = self.pg.execute(sql, params, prepare=True)
-        except psycopg.Error as exc:
-            why = scrub(describe(exc), self.url)
-            if isinstance(exc, psycopg.errors.QueryCanceled) and "timeout" in why:
-                why += " (the time limit: --timeout SECONDS, 0 for none)"
-            raise QueryError(why) from None
-        if self.pg.info.transaction_status != TransactionStatus.INTRANS:  # layer 1 and 4 make this unreachable
+        with _cancelling(self.pg) as interrupted:
+            try:
+                cur = self.pg.execute(sql, params, prepare=True)
+            except psycopg.Error as exc:
+                if interrupted.is_set():
+                    raise KeyboardInterrupt from None
+                why = scrub(describe(exc), self.url)
+                if isinstance(exc, psycopg.errors.QueryCanceled) and "timeout" in why:
+                    why += " (the time limit: --timeout SECONDS, 0 for none, at most the role's)"
+                raise QueryError(why) from None
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        if self.pg.info.transaction_status != TransactionStatus.INTRANS:  # layer 3 makes this unreachable
             raise QueryError("the statement ended the read-only transaction; refused")
         return cur
 
 
 @contextmanager
-def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT) -> Iterator[Reader]:
+def _cancelling(pg) -> Iterator:
+    """Ctrl-C while a statement is out: cancel it on the server, again every 100 ms until
+    the statement has ended. One cancel is not enough: psycopg sends a prepared
+    statement's Parse and its Execute as two round trips, and a cancel that reaches the
+    server between them finds nothing running and is dropped, after which the Execute
+    would run to its end (tests/test_central_trust.py holds the Parse's answer back to
+    hit that window). The handler only sets a flag; a thread sends the cancels."""
+    import signal
+    import threading
+
+    interrupted, done, wake = threading.Event(), threading.Event(), threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    def keep_cancelling() -> None:
+        wake.wait()
+        while not done.is_set():
+            try:
+                pg.cancel_safe(timeout=5)
+            except Exception:  # noqa: BLE001 - a failed cancel is tried again
+                pass
+            done.wait(0.1)
+
+    def on_sigint(signum, frame) -> None:
+        if interrupted.is_set():  # a second Ctrl-C: leave without waiting for the server
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        interrupted.set()
+        wake.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    thread = threading.Thread(target=keep_cancelling, name="agentledger-cancel", daemon=True)
+    thread.start()
+    try:
+        yield interrupted
+    finally:
+        done.set()
+        wake.set()
+        thread.join()
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT, door: bool = True) -> Iterator[Reader]:
     """A read session on the team ledger (see the module docstring); always rolled
-    back and closed. ``timeout``: seconds a statement may run, 0 for no limit."""
+    back and closed. ``timeout``: seconds a statement may run, 0 for none, at most the
+    role's own limit. ``door``: the SQL may be a person's (``query --central``) or the
+    team report's, so the session user must be powerless (``refuse_power``); False only
+    for the fixed reads of ``central status`` and ``central new-id``, which the admin
+    and the machines run and which no person's SQL reaches."""
     import psycopg
     from psycopg import IsolationLevel
 
     pg = connect(url)
     try:
         pg.isolation_level, pg.read_only = IsolationLevel.REPEATABLE_READ, True
-        pg.execute("SELECT set_config('statement_timeout', %s, true), set_config('search_path', %s, true)",
-                   (f"{int(timeout * 1000)}ms", "agentledger, public"))
+        limits = refuse_power(pg, label or strip_password(url)) if door else {}
+        pg.execute("SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+                   " set_config('idle_in_transaction_session_timeout', %s, true), set_config('search_path', %s, true)",
+                   (_ms(effective(limits.get("statement_timeout", 0), timeout)),
+                    _ms(limits.get("lock_timeout", 0)), _ms(limits.get("idle_in_transaction_session_timeout", 0)),
+                    "agentledger, public"))
         if _reader_role_applies(pg):
             pg.execute(f"SET LOCAL ROLE {READER_ROLE}")
         pg.execute("SELECT 1")  # the snapshot is taken: the transaction stays read-only, whatever comes next
@@ -183,6 +311,10 @@ def reading(url: str, *, label: str = "", timeout: float = DEFAULT_TIMEOUT) -> I
         except Exception:  # noqa: BLE001 - a broken or cancelled connection: closing is all that is left
             pass
         pg.close()
+
+
+def _ms(seconds: float) -> str:
+    return f"{int(seconds * 1000)}ms"
 
 
 def _reader_role_applies(pg) -> bool:

@@ -52,6 +52,12 @@ def migrate(conn, *, upto: int | None = None) -> int:
     known = migration_files()
     files = known[:upto]
     with conn.transaction():
+        found = current_version(conn)
+        if found is not None and found[1] == APP and len(files) <= found[0] <= len(known) and (
+                not _code_changed(conn, upto=upto) or not _may_migrate(conn, False)):
+            return 0  # nothing this role can do, and no lock taken: a shipper's every pass comes here
+        # Something to do: under the lock (an advisory one, which any role may take: a
+        # reader holding it delays an upgrade, never a shipper, which takes it only here)
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK,))
         found = current_version(conn)
         if found is not None and found[1] != APP:

@@ -120,7 +120,7 @@ class Shipper:
 
     Batches are read in seq order here and sent on the connections at once, so the
     server inserts several batches in parallel. Each transaction then
-    takes a per-ledger advisory lock for its projections and the ledger row: those
+    locks its ledger's row (FOR UPDATE, which no reader may take) for its projections: those
     steps run one batch at a time, in whatever order the batches got there, which
     the seq rules make come out the same; the quarantine step looks at every later
     event on the server, so a record and the event that resolves it can arrive in

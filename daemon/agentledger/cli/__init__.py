@@ -41,6 +41,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+        """Every usage line goes out scrubbed of passwords (a keyword/value connection
+        string named where a URL goes, say) and with control characters escaped."""
+        if message:
+            from ..terminal import message as line
+
+            message = line(message)
+        super().exit(status, message)
+
 
 class _Skipped:
     """What ``cmd`` hands a group for a command not being built: takes its flags, keeps nothing."""
@@ -88,17 +97,32 @@ SCORING_COMMANDS = frozenset({"ingest", "score", "backfill", "run", "rebuild", "
 def setup_logging(args: argparse.Namespace) -> None:
     import logging
 
+    class Shown(logging.Formatter):
+        """A warning names files and values from the data: scrubbed and escaped as every error line is."""
+
+        def format(self, record: logging.LogRecord) -> str:
+            from ..terminal import message
+
+            return message(super().format(record))
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Shown("agentledger: %(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
-                        format="agentledger: %(levelname)s: %(message)s", stream=sys.stderr)
+                        handlers=[handler])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+    """``own_process``: this process runs this one command and nothing else (the console
+    script), so a command may set a limit that holds for the whole process (``query``:
+    SQLite's hard heap limit, which can only be lowered); tests call ``main`` in their own
+    process and leave it False."""
     argv = list(sys.argv[1:] if argv is None else argv)
     hook = argv[:1] == ["score"]  # the close-task hook: `agentledger score N …`
     group = COMMAND_GROUPS.get(argv[0]) if argv else None  # else --help, --version, a typo: every command
     parser = build_parser(group, argv[0]) if group else build_parser()
     args = parser.parse_args(argv)
     args.argv = argv  # the command line as given (the close-task hook hands it to a running service)
+    args.own_process = own_process
     from ..service import hook as served
 
     if served.SERVING is not None and args.command != "score":  # a process answering for the service runs
@@ -109,33 +133,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hook:  # the hook sets logging up only when it works itself (a running service may answer it)
         setup_logging(args)
     collector.pace()
-    import sqlite3
-
-    from ..errors import AgentledgerError
-    from ..redact import scrub
-
     if getattr(args, "rubric", None) and args.command not in SCORING_COMMANDS:
         parser.exit(EXIT_USAGE, f"agentledger {args.command}: error: --rubric goes with a command that scores"
                                 f" (backfill, ingest, run, score): it activates that rubric; "
                                 f"{args.command} reads what is active\n")
+    if args.command in RAW_OUTPUT:
+        return _run(args, parser)
+    from ..terminal import Escaping
+
+    out = sys.stdout
+    sys.stdout = escaping = Escaping(out)  # nothing from data reaches a terminal raw, whoever prints it
+    try:
+        return _run(args, parser)
+    finally:
+        if sys.stdout is escaping:
+            sys.stdout = out
+
+
+# commands whose standard output is the ledger's own bytes (an export's payload text), not text for a person
+RAW_OUTPUT = frozenset({"export"})
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import sqlite3
+
+    from ..errors import AgentledgerError
+    from ..terminal import message
+
     try:
         return args.func(args)
     except AgentledgerError as exc:  # the one place an error becomes an exit code (errors.py)
         if type(exc) is UsageError:  # about this command's flags
             parser.exit(exc.exit_code, f"agentledger {args.command}: error: {exc}\n")
-        print(scrub(f"agentledger: error: {exc}"), file=sys.stderr)  # a password never reaches a terminal
+        print(message(f"agentledger: error: {exc}"), file=sys.stderr)  # a password never reaches a terminal
         return exc.exit_code
     except BrokenPipeError:
         return EXIT_OK
     except sqlite3.Error as exc:  # the ledger itself: a full disk, a file that is not a ledger, …
-        print(f"agentledger: error: the ledger could not be used: {exc}", file=sys.stderr)
+        print(message(f"agentledger: error: the ledger could not be used: {exc}"), file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:  # a statement on the server was cancelled on the way (psycopg)
         print("agentledger: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a file the user named cannot be read or written: one line, no traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"agentledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(message(f"agentledger: error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
 

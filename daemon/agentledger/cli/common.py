@@ -12,6 +12,7 @@ import sys
 
 from ..errors import AgentledgerError, UsageError
 from .. import names
+from ..terminal import shown
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -273,12 +274,14 @@ def print_rows(args: argparse.Namespace, rows: list[dict], columns: list[str], e
 
 
 def table(rows: list[dict], columns: list[str]) -> None:
-    widths = [max([len(c)] + [len(cell(r[c])) for r in rows]) for c in columns]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    """Rows as a text table; every cell and column name from the data through ``shown``."""
+    columns_shown = [shown(c) for c in columns]
+    widths = [max([len(c)] + [len(cell(r[k])) for r in rows]) for c, k in zip(columns_shown, columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns_shown, widths)).rstrip())
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print("  ".join(cell(r[c]).ljust(w) for c, w in zip(columns, widths)).rstrip())
 
 
 def cell(v) -> str:
-    return "" if v is None else str(v).replace("\n", "\\n")
+    return "" if v is None else shown(v)

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from ..store.db import read_state
+from ..terminal import shown, shown_lines
 from .common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -210,14 +211,14 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     if not rows and not problems:
         print("nothing quarantined")
     for r in problems:
-        print(f"{r['path']}  (sidecar not written, since {r['since']})\n    {r['reason']}")
+        print(f"{shown(r['path'])}  (sidecar not written, since {r['since']})\n    {shown(r['reason'])}")
     for r in rows:
         pos = f":{r['line']}" if r["line"] else (f"@{r['byte_offset']}" if r["byte_offset"] is not None else "")
         if r["line"] and r["column"]:
             pos += f":{r['column']}"
-        where = r["full_path"]
+        where = shown(r["full_path"])
         state = "  (resolved)" if r["resolved_seq"] else ""
-        reason = r["reason"].replace("\n", "\n    ")
+        reason = shown_lines(r["reason"]).replace("\n", "\n    ")
         print(f"{where}{pos}{state}\n    {reason}")
     return EXIT_OK
 
@@ -271,14 +272,34 @@ def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
 
     _, conn = read_only(args)
     db = sqlite_utils.Database(conn)  # before the authorizer: it sets a PRAGMA of its own
+    # memory bounded as well as time: no value over QUERY_VALUE_BYTES (this connection's
+    # limit), no result over QUERY_RESULT_BYTES (counted as it is fetched), and, where this
+    # process runs this one query, SQLite's hard heap limit (process-wide, and it can only
+    # be lowered: never set in a process that goes on to other work)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, QUERY_VALUE_BYTES)
+    if getattr(args, "own_process", False):
+        conn.execute(f"PRAGMA hard_heap_limit = {QUERY_HEAP_BYTES}")
     refusals = refuse_side_effects(conn)
-    stop = _Stop(args.timeout)
+    stop = _Stop(args.timeout, conn)
     conn.set_progress_handler(stop.check, 10_000)  # SQLite asks every 10,000 VM steps
     try:
-        with stop.on_ctrl_c():
+        with stop.on_ctrl_c(), stop.watching():
             cursor = db.execute(args.sql, dict(args.param))
-            return [d[0] for d in cursor.description or []], cursor.fetchall()
+            return [d[0] for d in cursor.description or []], _bounded_rows(cursor)
+    except _TooLarge as exc:
+        print(f"agentledger: query stopped: {exc}", file=sys.stderr)
+        return None
+    except MemoryError:
+        print(f"agentledger: query stopped: it needed more than {QUERY_HEAP_BYTES >> 20} MiB", file=sys.stderr)
+        return None
     except sqlite3.Error as exc:
+        if "too big" in str(exc):
+            print(f"agentledger: query stopped: a value over {QUERY_VALUE_BYTES >> 20} MiB ({exc})", file=sys.stderr)
+            return None
+        if "out of memory" in str(exc):
+            print(f"agentledger: query stopped: it needed more than {QUERY_HEAP_BYTES >> 20} MiB ({exc})",
+                  file=sys.stderr)
+            return None
         if stop.why:
             print(f"agentledger: query stopped: {stop.why}", file=sys.stderr)
         elif refusals.reason:
@@ -292,15 +313,61 @@ def _query_local(args: argparse.Namespace) -> tuple[list[str], list] | None:
         conn.close()
 
 
+QUERY_HEAP_BYTES = 512 << 20  # the most memory SQLite may take for one `query` (its own process)
+QUERY_VALUE_BYTES = 64 << 20  # the longest string or blob a `query` may make
+QUERY_RESULT_BYTES = 256 << 20  # the most a `query`'s rows may hold, as fetched
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _bounded_rows(cursor) -> list:
+    """Every row, fetched a batch at a time and counted (text and blobs by their length),
+    until the rows hold more than ``QUERY_RESULT_BYTES``."""
+    rows, size = [], 0
+    while batch := cursor.fetchmany(1000):
+        for row in batch:
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row) + 16
+        rows += batch
+        if size > QUERY_RESULT_BYTES:
+            raise _TooLarge(f"its rows hold more than {QUERY_RESULT_BYTES >> 20} MiB; narrow it (WHERE, LIMIT)")
+    return rows
+
+
 class _Stop:
     """Ends a local query (SQLite's progress handler) past its time limit or on
-    Ctrl-C, so that a runaway query cannot hold a read snapshot while the daemon writes."""
+    Ctrl-C, so that a runaway query cannot hold a read snapshot while the daemon writes.
+    A step that runs long between two of the handler's calls (one sort, one function
+    call over a large value) is interrupted from a timer thread at the deadline
+    (``sqlite3_interrupt``, which SQLite checks inside long operations too)."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, conn=None) -> None:
         import time
 
+        self.timeout = timeout
+        self.conn = conn
         self.deadline = time.monotonic() + timeout if timeout else None
         self.why = ""
+
+    @contextlib.contextmanager
+    def watching(self):
+        import threading
+
+        def late() -> None:
+            if not self.why:
+                self.why = "it ran longer than the time limit (--timeout SECONDS, 0 for none)"
+            self.conn.interrupt()
+
+        timer = threading.Timer(self.timeout, late) if self.timeout and self.conn is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def check(self) -> int:
         import time
@@ -315,6 +382,8 @@ class _Stop:
         held until SQLite returns."""
         def interrupt(_sig, _frame) -> None:
             self.why = "interrupted (Ctrl-C)"
+            if self.conn is not None:
+                self.conn.interrupt()
 
         previous = signal.signal(signal.SIGINT, interrupt)
         try:

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from ..redact import scrub
+from ..terminal import shown
 from .common import EXIT_FAIL, EXIT_OK, Failure, UsageError, load_config
 
 
@@ -43,7 +45,7 @@ def destination(args: argparse.Namespace, url: str | None):
 
     if url:
         if not url.startswith(("postgresql://", "postgres://")):
-            raise UsageError(f"not a PostgreSQL URL: {url!r} (postgresql://user@host/db)")
+            raise UsageError(f"not a PostgreSQL URL: {shown(scrub(url))!r} (postgresql://user@host/db)")
         return ShipDestination(url)
     ship = load_config(args).ship
     if len(ship) != 1:
@@ -88,7 +90,7 @@ def _words(args: argparse.Namespace) -> tuple[str | None, str | None]:
     wants_name = args.action in ("add-machine", "add-reader")
     if len(urls) > 1 or len(names) > (1 if wants_name else 0):
         raise UsageError(f"central {args.action} takes {'[URL] NAME' if wants_name else '[URL]'},"
-                         f" not {' '.join(args.words)!r}")
+                         f" not {shown(scrub(' '.join(args.words)))!r}")
     if wants_name and not names:
         raise UsageError(f"central {args.action} needs the NAME of the role to make")
     if args.ledger and args.action != "add-machine":
@@ -105,7 +107,7 @@ def cmd_central(args: argparse.Namespace) -> int:
         return _new_id(args, dest)
     try:
         if args.action == "status":
-            with read.reading(dest.url, label=dest.label) as pg:
+            with read.reading(dest.url, label=dest.label, door=False) as pg:
                 if schema.current_version(pg) is None:
                     raise Failure(f"{dest.label}: no team ledger here yet (agentledger central init, or ship)")
                 result, text = _status(pg, dest.label)
@@ -149,10 +151,10 @@ def _status(pg, label: str) -> tuple[dict, str]:
     rows = [dict(zip(("name", "host", "ledger_id", "last_seq", "last_shipped_at", "machine"), r)) for r in cur]
     lines = [f"central: {label}: {sum(r['kind'] == 'machine' for r in roles)} machine role(s),"
              f" {sum(r['kind'] == 'reader' for r in roles)} reader role(s), {len(rows)} ledger(s)"]
-    lines += [f"  {r['kind']:<8} {r['role']:<24} {len(r['ledgers'])} ledger(s)  since {r['created_at'][:19]}"
+    lines += [f"  {r['kind']:<8} {shown(r['role']):<24} {len(r['ledgers'])} ledger(s)  since {r['created_at'][:19]}"
               for r in roles]
-    lines += [f"  ledger   {r['name']:<20} {r['host']:<20} {r['ledger_id']}  seq {r['last_seq']:<10}"
-              f" {r['last_shipped_at'][:19]}  machine {r['machine'] or '(unclaimed: shipped by the admin)'}"
+    lines += [f"  ledger   {shown(r['name']):<20} {shown(r['host']):<20} {r['ledger_id']}  seq {r['last_seq']:<10}"
+              f" {r['last_shipped_at'][:19]}  machine {shown(r['machine']) or '(unclaimed: shipped by the admin)'}"
               for r in rows]
     return {"destination": label, "roles": roles, "ledgers": rows}, "\n".join(lines)
 
@@ -168,7 +170,7 @@ def _new_id(args: argparse.Namespace, dest) -> int:
         raise Failure(f"no ledger at {cfg.store.path}")
     local = open_ledger(cfg.store.path, create=False)
     try:
-        with read.reading(dest.url, label=dest.label) as pg:
+        with read.reading(dest.url, label=dest.label, door=False) as pg:
             if schema.current_version(pg) is None:
                 raise Failure(f"{dest.label}: no team ledger here yet: nothing to keep, and no need for a new id")
             with write_transaction(local):

@@ -174,12 +174,16 @@ def cmd_lint(args: argparse.Namespace) -> int:
     """Findings as ``path:line: kind: message`` (compiler style, so editors can jump)."""
     from ..sources.annotations import parse as P
     from ..sources.annotations.events import is_trajectory
+    from ..userfiles import LINT_BYTES, UserFileError, read_bytes
 
     findings = []
     checked = 0
     for path, explicit in _files(args.paths):
         try:
-            data = path.read_bytes()
+            data = read_bytes(path, "lint", LINT_BYTES)
+        except UserFileError as exc:
+            findings.append({"path": str(path), "line": None, "kind": "error", "message": str(exc)})
+            continue
         except OSError as exc:
             findings.append({"path": str(path), "line": None, "kind": "error", "message": exc.strerror or str(exc)})
             continue

@@ -93,20 +93,24 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..store import db
     from ..views import export
 
+    from ..userfiles import UserFileError, lines, open_lines
+
     cfg = load_config(args)
-    src = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # before the ledger is opened
+    src = open_lines(args.file, "import")  # before the ledger is opened: a regular file, or stdin not a device
     conn = db.connect(cfg.store.path, synchronous=cfg.store.synchronous)
     total = 0
-    bar, update = progress_bar("import") if src is not sys.stdin and os.path.isfile(args.file) else (None, None)
+    bar, update = progress_bar("import") if src is not sys.stdin else (None, None)
     try:
         if bar:  # a file on a terminal: count its lines first, so the bar has a total
-            total = sum(1 for line in src if line.strip())
+            total = sum(1 for line in lines(src, "import") if line.strip())
             src.seek(0)
         if bar:
             with bar:
-                read, new = export.import_lines(conn, src, progress=update, total=total)
+                read, new = export.import_lines(conn, lines(src, "import"), progress=update, total=total)
         else:
-            read, new = export.import_lines(conn, src)
+            read, new = export.import_lines(conn, lines(src, "import"))
+    except UserFileError as exc:
+        raise Failure(str(exc)) from None
     except export.ImportRefused as exc:
         raise Failure(f"import: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -21,6 +21,7 @@ from ..sources.iterlogs.files import ReadLimits
 from ..store.db import read_state
 from ..store.log import EventLog
 from ..store.touched import Touched
+from .roots import Roots
 
 if TYPE_CHECKING:
     from ..sources.iterlogs.listing import Listing
@@ -47,6 +48,8 @@ class Context:
     log: EventLog = field(init=False)  # the one way events are written
     # whether a stop was asked for: long passes look between batches (``check_stop``)
     stopping: Callable[[], bool] = lambda: False
+    # each source's directories as this process first found them (``roots.py``)
+    roots: Roots = field(default_factory=Roots)
 
     def check_stop(self) -> None:
         if self.stopping():

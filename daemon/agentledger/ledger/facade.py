@@ -267,6 +267,8 @@ class Ledger:
         """Score what changed (or every iteration) under the ledger's active rubric;
         errors are reported, never raised. ``backstop``: see ``Planner.affected``.
         ``sync_all``: then bring every sidecar of the source in line (a full pass does)."""
+        if why := self.ctx.roots.refused(src):
+            return Outcome(errors=[why])
         self.rubrics.follow()
         try:
             with self.ctx.repo(src).one_view():

@@ -50,6 +50,8 @@ class IterationLogs:
 
     def ingest(self, src: IterationLogSource, *, iterations: list[int] | None = None) -> Outcome:
         """Read what changed in one source: all of it, or only what ``iterations`` need."""
+        if why := self.ctx.roots.refused(src):
+            return Outcome(errors=[why])
         report = Outcome()
         known_arts: dict[str, tuple] = {}
         if iterations is None:
@@ -121,6 +123,8 @@ class IterationLogs:
         """Re-read what a change notification named: files of the log directory
         (``names``) and repository files under ``.agents`` (``repo_rels``), plus the
         artifacts the touched records point at. Nothing else is stat'ed."""
+        if why := self.ctx.roots.refused(src):
+            return Outcome(errors=[why])
         report = Outcome()
         # Only what *this* hint changes: the accumulated set holds every iteration an
         # initial scan touched, and looking up all their artifacts cost a close ~200 ms

@@ -38,6 +38,8 @@ class ScoringPass:
         ``sync_all``: the pass ends by bringing every sidecar of the source in line, not
         only those of ``iterations`` (a caller that would sync them all next: one pass over
         the sidecars, which skips those it has just written, instead of two)."""
+        if why := self.ctx.roots.refused(src):
+            return Outcome(errors=[why])
         ctx, sync = self.ctx, self.sync
         report = Outcome()
         if iterations is None or len(iterations) > SWEEP_FROM:

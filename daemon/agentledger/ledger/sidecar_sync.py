@@ -88,8 +88,8 @@ class SidecarSync:
         """Write every sidecar (of ``iterations``, or all) whose bytes on disk are not
         those of the ledger's active rubric."""
         report = Outcome()
-        if not src.path.is_dir():
-            report.errors.append(f"{src.path}: iteration-log directory is missing; sidecars not written")
+        if why := self.ctx.roots.refused(src, missing="sidecars not written"):
+            report.errors.append(why)
             return report
         if iterations is None:  # a full pass; the close-task hook does not list the directory
             self.sweep(src)

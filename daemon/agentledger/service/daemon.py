@@ -38,12 +38,13 @@ from pathlib import Path
 import structlog
 
 from ..config import Config
-from ..errors import AgentledgerError, Stopping
+from ..errors import Stopping
 from ..ledger import Ledger, Outcome
 from .backoff import backoff
 from .checkpointer import Checkpointer
 from .hook import HookServer
 from .notify import Notifier
+from .runlock import AlreadyRunning, hold_run_lock, same_ledger
 from .signals import Signals
 from .watching import Changes, Watches
 
@@ -77,40 +78,6 @@ def log_reloaded(cfg: Config) -> None:
     log.info("configuration reloaded", rubric=cfg.scoring.rubric, iteration_logs=len(cfg.iteration_logs),
              vally=len(cfg.vally), annotations=len(cfg.annotations),
              transcripts=sum(len(s.transcripts) for s in cfg.iteration_logs), ship=len(cfg.ship))
-
-
-class AlreadyRunning(AgentledgerError):
-    """Another ``agentledger run`` holds this ledger."""
-
-
-def hold_run_lock(store: Path) -> int:
-    """One daemon per ledger: an exclusive ``flock`` on ``<ledger>.run.lock``, held for
-    the process's life (the kernel drops it however the process ends, SIGKILL
-    included, so a crash never leaves a stale lock). Returns the descriptor."""
-    import fcntl
-
-    path = Path(f"{store}.run.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        raise AlreadyRunning(f"another agentledger run (pid {holder}) is running on {store}: one daemon per ledger;"
-                             " stop that one first (systemctl stop agentledger, or kill it)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def same_ledger(a: Path, b: Path) -> bool:
-    """Whether two spellings of ``[store] path`` (a symlink, ``..``, another relative
-    path) name one ledger: compared as files, not strings, so that a reload onto the
-    running ledger never waits for its own run lock."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist yet: a new ledger elsewhere
-        return a.resolve() == b.resolve()
 
 
 def open_reloaded(cfg: Config, moved: bool, stopping: Callable[[], bool]) -> tuple[Ledger, int] | None:
@@ -372,10 +339,11 @@ class Daemon:
         new, lock = opened
         self.ledger.close()
         if moved:  # the old ledger is free for another daemon once this one has left it
+            if self.checkpointer is not None:  # (its connection first: the lock's descriptor is the ledger's)
+                self.checkpointer.stop()
             os.close(self.run_lock)
             self.run_lock = lock
             if self.checkpointer is not None:
-                self.checkpointer.stop()
                 self.checkpointer = Checkpointer(cfg.store.path).start()
         old_ship = self.cfg.ship, self.cfg.ledger, self.cfg.store.path
         self.cfg, self.ledger = cfg, new

@@ -26,19 +26,22 @@ class _PrefixFormatter(structlog.stdlib.ProcessorFormatter):
 
 def _scrub_secrets(_logger, _name, event_dict: dict) -> dict:
     """Last before rendering: any URL password or ``password=`` value anywhere in the
-    entry (a message, a field, a traceback line) becomes ``***``."""
+    entry (a message, a field, a traceback line) becomes ``***``, and every control
+    character a field holds is escaped (``terminal.shown``: a path or a name from the
+    data clears no console and forges no line; a traceback keeps its line breaks)."""
     from ..redact import scrub
+    from ..terminal import shown, shown_lines
 
-    def clean(value):
+    def clean(value, keep_lines: bool = False):
         if isinstance(value, str):
-            return scrub(value)
+            return (shown_lines if keep_lines else shown)(scrub(value))
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [clean(v) for v in value]
         return value
 
-    return {k: clean(v) for k, v in event_dict.items()}
+    return {k: clean(v, k in ("exception", "stack")) for k, v in event_dict.items()}
 
 
 def resolve_format(fmt: str) -> str:

@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from ..terminal import shown
 
 REASON_CHARS = 300  # a quarantine reason is at most this long
 
@@ -45,7 +46,7 @@ def resolve_within(path: str | Path, root: str | Path) -> str | Path:
     real = os.path.realpath(path)
     base = os.path.realpath(root)
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-        raise Outside(f"{os.path.basename(path)} is a symbolic link that leads outside {root}; not read")
+        raise Outside(f"{shown(os.path.basename(path))} is a symbolic link that leads outside {shown(root)}; not read")
     return Path(real)
 
 

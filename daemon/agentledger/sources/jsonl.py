@@ -16,7 +16,11 @@ was already appended.
   turn out to continue it make it a new line at the same offset, and the batch
   says so (``Batch.reopened``) so that what was made of the old one is replaced.
 * A line longer than ``max_line_bytes`` is reported (``Oversize``) and skipped
-  to its newline without being held in memory.
+  to its newline without being held in memory; one that has no newline yet is
+  reported at once (``Oversize.ended`` false: a writer that never ends it, or a 1 GiB
+  file of one line, is a quarantine record now, not a wait at every read), the
+  position moves past the bytes seen (``Position.open`` is ``SKIPPING``), and the
+  reads after skip on to its newline, then read lines again.
 * A file now shorter than the offset (truncated) or whose first bytes changed
   (replaced, e.g. renamed over) is read again from the start; ``reset`` says
   which. The fingerprint covers only bytes already consumed, which an
@@ -38,6 +42,7 @@ from .confine import open_checked
 log = logging.getLogger("agentledger")
 FINGERPRINT_BYTES = 4096
 CHUNK = 1 << 20
+SKIPPING = "skipping"  # Position.open: inside an over-long line whose newline has not come yet
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Oversize:
     offset: int
     line_no: int
     length: int  # bytes seen before giving up (at least max_line_bytes + 1)
+    ended: bool = True  # False: no newline yet (the bytes after it are skipped to the newline)
 
 
 @dataclass
@@ -126,8 +132,9 @@ def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None,
             length = len(line)
             while (more := readline(CHUNK)) and more[-1] != 10:
                 length += len(more)
-            if not more:
-                return  # still no newline: wait, and judge it again then
+            if not more:  # no newline yet: said now, and skipped to its newline by the reads after
+                yield Oversize(offset, line_no + 1, length, ended=False)
+                return
             line_no += 1
             length += len(more)
             yield Oversize(offset, line_no, length - 1)
@@ -137,7 +144,25 @@ def _lines(fh, offset: int, line_no: int, cap: int, end: int | None = None,
 def _after(item: Line | Oversize) -> int:
     if isinstance(item, OpenLine):
         return item.offset + len(item.data)
+    if isinstance(item, Oversize) and not item.ended:
+        return item.offset + item.length
     return item.offset + (len(item.data) if isinstance(item, Line) else item.length) + 1
+
+
+def _skip(fh, pos: Position) -> Position:
+    """Past the newline that ends the over-long line being skipped, or, with none yet,
+    past every byte there is (still ``SKIPPING``), reading ``CHUNK`` at a time."""
+    fh.seek(pos.offset)
+    offset = pos.offset
+    while more := fh.readline(CHUNK):
+        offset += len(more)
+        if more[-1] == 10:
+            here = Position(offset, pos.line_no, fingerprint(fh, offset))
+            fh.seek(offset)
+            return here
+    here = Position(offset, pos.line_no, fingerprint(fh, offset), SKIPPING)
+    fh.seek(offset)
+    return here
 
 
 def _reopen(fh, pos: Position, cap: int) -> tuple[Position, int | None] | None:
@@ -174,6 +199,11 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
         if reset:
             pos = Position()
         reopened = None
+        if pos.open == SKIPPING:
+            pos = _skip(fh, pos)
+            if pos.open == SKIPPING:  # still no newline
+                yield Batch(end=pos, size=st.st_size, stat=stat)
+                return
         if pos.open:
             moved = _reopen(fh, pos, max_line_bytes + 1)
             if moved is None:
@@ -187,7 +217,9 @@ def tail(path: str | os.PathLike, pos: Position, *, max_line_bytes: int = 16 << 
 
         def end(item: Line | Oversize | None) -> Position:
             is_open = isinstance(item, OpenLine)
-            here = Position(offset, line_no, fingerprint(fh, offset), _digest(item.data) if is_open else None)
+            skipping = isinstance(item, Oversize) and not item.ended
+            here = Position(offset, line_no, fingerprint(fh, offset),
+                            _digest(item.data) if is_open else SKIPPING if skipping else None)
             fh.seek(offset)  # fingerprint() moved the read position
             return here
 

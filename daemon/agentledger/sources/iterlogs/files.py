@@ -28,6 +28,7 @@ from . import artifacts as A
 from .. import confine
 
 from ... import names
+from ...terminal import shown
 from ...names import HISTORICAL, HOOK, LABELS, MISNAMED, RECORD
 
 LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)
@@ -272,7 +273,7 @@ def _decode_text(src: IterationLogSource, obs: Observation, data: bytes) -> str 
 def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadLimits) -> None:
     c = obs.cand
     if c.kind == MISNAMED:
-        obs.events.append(quarantine_event(src, obs, f"{c.rel} is not an iteration file name (iter-N.yaml,"
+        obs.events.append(quarantine_event(src, obs, f"{shown(c.rel)} is not an iteration file name (iter-N.yaml,"
                                                      " iter-N.hook-outcomes.yaml or iter-N.labels.yaml, N ASCII digits"
                                                      " with no leading zero): not ingested"))
         return
@@ -290,7 +291,7 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
             rec = parse_record(text)
             if rec.iteration < 0 or c.rel != names.iteration_file(RECORD, rec.iteration):  # it would take the place of another file's iteration
                 obs.events.append(quarantine_event(
-                    src, obs, f"{c.rel} says iteration {rec.iteration}, whose record is iter-{rec.iteration}.yaml;"
+                    src, obs, f"{shown(c.rel)} says iteration {rec.iteration}, whose record is iter-{rec.iteration}.yaml;"
                               " not ingested (an iteration's record is the file named for it)"))
                 return
             obs.events.append(_event(src, obs, "iteration.recorded",

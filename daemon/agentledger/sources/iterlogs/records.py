@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from yaml.nodes import Node
 
-from ...reference.yamlv3.decode import Decoder, YamlError, load_document
+from ...reference.yamlv3.decode import Decoder, YamlError, budget_for, load_document
 from ...model import Agent, Impl, LinkedTrace, Record, Review, SelfAssessment, SessionTokens, TestByKind, Verifier
 
 _BOOL_FLAGS = (
@@ -151,14 +151,14 @@ def _v2(d: Decoder, m: dict[str, Node]) -> Record:
 def parse_record(text: str) -> Record:
     """One ``iter-N.yaml`` document; raises ``YamlError`` with the reason."""
     root = load_document(text)
-    probe = Decoder()
+    probe = Decoder(budget_for(text))
     pm = probe.mapping(root, "scoring.schemaProbe") or {}
     version = probe.int_(pm.get("schema_version"))
     probe.raise_if_errors("probe iteration-log schema: ")
     if version not in (1, 2):
         raise YamlError(f"unsupported iteration-log schema_version {version}",
                         _line(pm.get("schema_version")))
-    d = Decoder()
+    d = Decoder(budget_for(text))
     m = d.mapping(root, "scoring.rawV1" if version == 1 else "scoring.rawV2") or {}
     record = _v1(d, m) if version == 1 else _v2(d, m)
     d.raise_if_errors(f"parse v{version} iteration entry: ")
@@ -168,7 +168,7 @@ def parse_record(text: str) -> Record:
 def parse_historical(text: str) -> list[Record]:
     """``historical.yaml``: every entry is read with the v1 shape, as schema 1."""
     root = load_document(text)
-    d = Decoder()
+    d = Decoder(budget_for(text))
     m = d.mapping(root, "scoring.historicalFile") or {}
     records = []
     for item in d.sequence(m.get("iterations"), "[]scoring.rawV1"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ...reference.yamlv3.decode import Decoder, YamlError, load_document
+from ...reference.yamlv3.decode import Decoder, YamlError, budget_for, load_document
 from ...model import HookOutcomes, HookRecord, Judgement, Label, Labels
 
 _HOOK_FIELDS = ("intervention_class", "result", "rule_id", "correlation_id")
@@ -19,7 +19,7 @@ def parse_hook_outcomes(text: str) -> HookOutcomes:
     """Never raises: a decode failure is carried as the ``error`` text."""
     try:
         root = load_document(text)
-        d = Decoder()
+        d = Decoder(budget_for(text))
         m = d.mapping(root, "scoring.hookOutcomeSidecar") or {}
         records = []
         for item in d.sequence(m.get("records"), "[]scoring.hookOutcomeRecord"):
@@ -49,7 +49,7 @@ def parse_labels(text: str, n: int) -> Labels:
     """Decode and validate ``iter-{n}.labels.yaml``; failures become ``error``."""
     try:
         root = load_document(text)
-        d = Decoder()
+        d = Decoder(budget_for(text))
         m = d.mapping(root, "labels.Sidecar") or {}
         file_iter = d.int_(m.get("iteration"))
         file_schema = d.string(m.get("schema_version"))

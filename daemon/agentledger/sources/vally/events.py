@@ -53,7 +53,10 @@ def events_for(source: str, rel: str, batch: Batch, previous: dict | None, *,
     for item in batch.items:
         if isinstance(item, Oversize):
             out.append(_quarantine(source, rel, item.offset, item.line_no, f"oversize-{item.length}",
-                                   f"line {item.line_no} is {item.length} bytes, over the max_line_bytes limit; skipped"))
+                                   f"line {item.line_no} is {item.length} bytes, over the max_line_bytes limit; skipped"
+                                   if item.ended else
+                                   f"line {item.line_no} is over the max_line_bytes limit ({item.length} bytes and no"
+                                   " end yet); skipped to its newline, and the lines after it are read"))
             continue
         assert isinstance(item, Line)
         data = item.data.rstrip(b"\r")
