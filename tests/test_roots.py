@@ -112,3 +112,38 @@ def test_a_second_daemon_through_a_symlink_or_a_hard_link_to_the_ledger_finds_th
     finally:
         first.terminate()
         first.communicate(timeout=60)
+
+
+def test_the_service_refuses_a_log_directory_swapped_for_a_link_while_it_watches(tmp_path: Path, make_repo) -> None:
+    """The red team's repro against a real `agentledger run`: `mv iteration-log
+    iteration-log.real; ln -s OUTSIDE iteration-log`, then records written into OUTSIDE.
+    The service says so and goes on; nothing of OUTSIDE is ingested and no sidecar is
+    written there; a record closed in the real directory is not lost either (it is read
+    after a restart, which pins what is there then)."""
+    from .test_daemon import RECORD, configured, running
+
+    log, cfg = configured(tmp_path, make_repo, 3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with running(tmp_path, cfg) as (proc, notify):
+        assert notify.wait_for("READY=1", 60)
+        assert wait_until(lambda: (log / "iter-3.score.yaml").is_file(), 60)
+        real = log.with_name("iteration-log.real")
+        log.rename(real)
+        log.symlink_to(outside)
+        written = []
+
+        def refused() -> bool:  # records keep coming into OUTSIDE until the service has said no
+            n = 1000 + len(written)
+            (outside / f"iter-{n}.yaml").write_text(RECORD.format(n=n, r=0))
+            written.append(f"iter-{n}.yaml")
+            return "the configured directory" in (tmp_path / "daemon.log").read_text()
+
+        assert wait_until(refused, 60, 0.5)
+        assert proc.poll() is None
+        (outside / "iter-999.yaml").write_text(RECORD.format(n=999, r=0))  # and after it
+        assert wait_until(lambda: (tmp_path / "daemon.log").read_text().count("the configured directory") >= 2, 60)
+        assert sorted(p.name for p in outside.iterdir()) == sorted([*written, "iter-999.yaml"])
+    with sqlite3.connect(tmp_path / "l.sqlite") as c:
+        assert c.execute("SELECT count(*) FROM iterations WHERE iteration >= 999").fetchone()[0] == 0
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()

@@ -92,8 +92,10 @@ class Comparison:
 def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str, str], *, active: str | None,
             metrics: list[str] | None = None, paired: bool | None = None, alpha: float = 0.05, seed: int = 0,
             resamples: int = 2000, only: tuple[set | None, set | None] = (None, None),
-            prices=None, transcripts=None) -> Comparison:
+            prices=None, transcripts=None, empty_ok: bool = False) -> Comparison:
     """``only``: for each cohort, the units its ``git`` term allows (None: no such term).
+    A cohort that selects nothing raises ``SelectorError`` saying why (a gate fails
+    closed), unless ``empty_ok`` (the report's windows: a quiet week is no mistake).
     ``prices`` (``cost.Prices``): trials and iterations get a cost metric (iterations from
     their ``transcripts``: source -> transcript directories)."""
     if kind == "iterations":
@@ -112,7 +114,7 @@ def compare(conn: sqlite3.Connection, kind: str, a: dict[str, str], b: dict[str,
         ca, cb = cohorts.trials(conn, a, prices), cohorts.trials(conn, b, prices)
         known = [m for m in TRIAL_METRICS if m.name != "cost_usd" or prices is not None]
     for label, c, sel in (("A", ca, a), ("B", cb, b)):
-        if not c.units:
+        if not c.units and not empty_ok:
             raise cohorts.SelectorError(cohorts.why_empty(conn, kind, sel, label))
     if metrics:
         by_name = {m.name: m for m in known}

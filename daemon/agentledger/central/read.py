@@ -180,7 +180,8 @@ def refuse_power(pg, label: str) -> dict[str, float]:
     if others := [g for g in groups if g != MACHINE_ROLE]:
         powers.append(f"is a member of {', '.join(others)}")
     if powers:
-        raise PowerfulRole(f"{label}: the URL's role {name} {' and '.join(powers)}: the read door runs only as a"
+        said = " and ".join(powers[:2]) + (f" (and {len(powers) - 2} more)" if len(powers) > 2 else "")
+        raise PowerfulRole(f"{label}: the URL's role {name} {said}: the read door runs only as a"
                            " role that cannot do harm; make a reader with `agentledger central add-reader"
                            " ADMIN_URL NAME` and use its URL")
     limits: dict[str, float] = {}

@@ -236,7 +236,11 @@ def team(out: Path, cfg: Path) -> None:
     cluster = pgcluster.Cluster()
     try:
         url = cluster.create_database("team").replace(f":{pgcluster.PASSWORD}@", "@")
-        os.environ["PGPASSWORD"] = pgcluster.PASSWORD  # libpq reads it: no password in URLs or output
+        # libpq reads the passwords from a password file: none in a URL or the output
+        pgpass = out / "pgpass"
+        pgpass.write_text(f"{cluster.dir}:{cluster.port}:*:{pgcluster.USER}:{pgcluster.PASSWORD}\n")
+        pgpass.chmod(0o600)
+        os.environ["PGPASSFILE"] = str(pgpass)
         other = synth.generate(out / "machine-b" / "example", 30, seed=11)
         other_cfg = out / "machine-b" / "agentledger.toml"
         other_cfg.write_text(f'[store]\npath = "ledger.sqlite"\n[ledger]\nname = "ci-runner"\n'
@@ -244,13 +248,23 @@ def team(out: Path, cfg: Path) -> None:
         agentledger("ingest", "-q", cfg=other_cfg)
         agentledger("ship", "--central", url, cfg=cfg)
         agentledger("ship", "--central", url, cfg=other_cfg)
-        agentledger("query", "--central", url, "SELECT ledger, count(*) AS iterations, round(avg(value)::numeric, 3)"
-                    " AS mean, string_agg(DISTINCT rubric_version, ',') AS rubrics FROM latest_scores GROUP BY 1",
-                    cfg=cfg)
-        agentledger("report", "--central", url, "-o", str(out / "team-report.html"), cfg=cfg)
+        # reads go through a reader role (the read door takes no superuser's URL): its
+        # ~/.pgpass line, which add-reader prints, goes to the password file, not the screen
+        print(f"$ agentledger central add-reader {url} team_reader   # (its password line → {pgpass.name})")
+        made = subprocess.run([sys.executable, "-m", "agentledger", "central", "add-reader", url, "team_reader"],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise SystemExit(f"demo: {made.stderr.strip()}")
+        with pgpass.open("a") as fh:
+            fh.write(made.stdout.strip() + "\n")
+        reads = url.replace(f"{pgcluster.USER}@", "team_reader@", 1)
+        agentledger("query", "--central", reads, "SELECT ledger, count(*) AS iterations,"
+                    " round(avg(value)::numeric, 3) AS mean, string_agg(DISTINCT rubric_version, ',') AS rubrics"
+                    " FROM latest_scores GROUP BY 1", cfg=cfg)
+        agentledger("report", "--central", reads, "-o", str(out / "team-report.html"), cfg=cfg)
     finally:
         cluster.close()
-        os.environ.pop("PGPASSWORD", None)
+        os.environ.pop("PGPASSFILE", None)
 
 
 def _command() -> str:

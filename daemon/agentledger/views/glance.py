@@ -37,7 +37,7 @@ def gather(conn: sqlite3.Connection, active: str | None) -> Glance:
         end = date.fromisoformat(newest[:10])
         a = {"since": (end - timedelta(days=34)).isoformat(), "until": (end - timedelta(days=7)).isoformat()}
         b = {"since": (end - timedelta(days=6)).isoformat(), "until": end.isoformat()}
-        g.window = compare(conn, "iterations", a, b, active=active, paired=False)
+        g.window = compare(conn, "iterations", a, b, active=active, paired=False, empty_ok=True)
         g.window_command = (f"agentledger compare --a since={a['since']},until={a['until']}"
                             f" --b since={b['since']},until={b['until']}")
     run = experiments.latest_run(conn)
