@@ -366,8 +366,9 @@ class _Stop:
         try:
             yield
         finally:
-            if timer is not None:
+            if timer is not None:  # ended, not only told to: a thread left running keeps the exit waiting
                 timer.cancel()
+                timer.join()
 
     def check(self) -> int:
         import time
