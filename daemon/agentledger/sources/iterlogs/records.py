@@ -165,8 +165,27 @@ def parse_record(text: str) -> Record:
     return record
 
 
-def parse_historical(text: str) -> list[Record]:
-    """``historical.yaml``: every entry is read with the v1 shape, as schema 1."""
+def parse_historical(text: str, *, entry_at_a_time_from: int | None = None) -> list[Record]:
+    """``historical.yaml``: every entry is read with the v1 shape, as schema 1. A large
+    archive of the plain shape is read an entry at a time (``archive.py``: the same records
+    and errors, in bounded memory); ``entry_at_a_time_from``: from how many characters
+    (tests compare both paths on small files)."""
+    from . import archive
+
+    if len(text) >= (archive.ENTRY_AT_A_TIME_FROM if entry_at_a_time_from is None else entry_at_a_time_from):
+        d = Decoder(budget_for(text))
+
+        def entry(d: Decoder, item: Node) -> Record | None:
+            im = d.mapping(item, "scoring.rawV1")
+            return _v1(d, im) if im is not None else None
+
+        try:
+            records = archive.entries(text, d, entry)
+        except archive.NotPlain:
+            pass
+        else:
+            d.raise_if_errors("parse historical.yaml: ")
+            return records
     root = load_document(text)
     d = Decoder(budget_for(text))
     m = d.mapping(root, "scoring.historicalFile") or {}
