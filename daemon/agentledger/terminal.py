@@ -20,14 +20,8 @@ _CONTROL_IN_STREAM = re.compile(  # a CR that ends a line (CSV's \r\n) stays too
     r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
-_NAMED = {"\n": "\\n", "\r": "\\r"}
-
-
 def _escape(m: re.Match) -> str:
-    ch = m.group()
-    if ch in _NAMED:
-        return _NAMED[ch]
-    c = ord(ch)
+    c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
@@ -40,10 +34,13 @@ def shown(value: Any, limit: int | None = None) -> str:
     return text
 
 
-def shown_lines(value: Any) -> str:
+def shown_lines(value: Any, limit: int | None = None) -> str:
     """``shown``, but the line breaks a multi-line text is meant to have stay (a parser's
     message, a traceback)."""
-    return _CONTROL_BUT_NEWLINE.sub(_escape, value if isinstance(value, str) else str(value))
+    text = _CONTROL_BUT_NEWLINE.sub(_escape, value if isinstance(value, str) else str(value))
+    if limit is not None and len(text) > limit:
+        return text[:limit - 1] + "…"
+    return text
 
 
 def message(text: str, url: str | None = None) -> str:

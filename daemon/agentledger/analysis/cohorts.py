@@ -51,7 +51,7 @@ _FROM = {
 _WHEN = re.compile(r"[0-9]{4}(?:-[0-9]{2}(?:-[0-9]{2})?)?")
 
 
-def _checked_when(key: str, value: str) -> str:
+def checked_when(key: str, value: str) -> str:
     """``since``/``until``: a year, a month, a day (``2026``, ``2026-06``, ``2026-06-30``) or
     an ISO 8601 time, each a real one (``2026-13-45`` and ``zzz`` are refused: compared as
     text they would select everything or nothing without a word)."""
@@ -110,7 +110,7 @@ def parse(kind: str, terms: list[str]) -> dict[str, str]:
                 raise SelectorError(f"{key!r} selects no {kind}; one of: {', '.join(KEYS[kind])}")
             if key in out:
                 raise SelectorError(f"{key!r} given twice in one cohort")
-            out[key] = _checked_when(key, value.strip()) if key in ("since", "until") else value.strip()
+            out[key] = checked_when(key, value.strip()) if key in ("since", "until") else value.strip()
     if kind == "iterations" and "iterations" in out and not re.fullmatch(r"\d+-\d+", out["iterations"]):
         raise SelectorError(f"iterations={out['iterations']!r}: give a range LO-HI, e.g. iterations=100-200")
     if kind == "iterations" and "label" in out and ":" not in out["label"]:

@@ -6,22 +6,19 @@ and the report's "what changed" all show them through here."""
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from typing import Any
 
+from .. import terminal
+
 COMMAND = "agentledger detections"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 SHOWN_CHARS = 120
 
 
 def shown(value: Any) -> str:
     """A value from the data (a model name, a path, a variant) fit for a terminal or a log
-    line: control characters escaped (an escape sequence or a line break in a model name
-    forges nothing), at most ``SHOWN_CHARS`` characters."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", str(value))
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+    line: ``terminal.shown``, at most ``SHOWN_CHARS`` characters."""
+    return terminal.shown(value, SHOWN_CHARS)
 
 
 def latest(conn: sqlite3.Connection, limit: int = 10, *, kind: str | None = None) -> list[dict[str, Any]]:

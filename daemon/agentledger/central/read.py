@@ -188,15 +188,22 @@ def refuse_power(pg, label: str) -> dict[str, float]:
     for item in settings:  # database-and-role settings first: they win over the role's own
         key, _, value = item.partition("=")
         if key in LIMITS and key not in limits:
-            limits[key] = _seconds(pg, value)
+            limits[key] = _seconds(key, value)
     return limits
 
 
-def _seconds(pg, value: str) -> float:
-    """A duration setting as the server reads it ('60s', '5min', '1500'), in seconds."""
-    seconds = pg.execute("SELECT extract(epoch FROM CASE WHEN %(v)s ~ '^[0-9]+$' THEN (%(v)s || 'ms')::interval"
-                    " ELSE %(v)s::interval END)", {"v": value}).fetchone()[0]
-    return float(seconds)
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "": 1e-3}
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(us|ms|s|min|h|d|)\s*")
+
+
+def _seconds(key: str, value: str) -> float:
+    """A time setting as the server stores it on a role ('60s', '5min', '1500': a plain
+    number is milliseconds for these three), in seconds. One not understood is refused
+    rather than taken for no limit (fails closed)."""
+    m = _DURATION.fullmatch(value)
+    if m is None:
+        raise QueryError(f"the reader role's {key} = {value!r} is not a time this door reads; refused")
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def effective(server: float, asked: float) -> float:

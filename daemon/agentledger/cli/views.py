@@ -91,9 +91,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ..store import db
-    from ..views import export
-
     from ..userfiles import UserFileError, lines, open_lines
+    from ..views import export
 
     cfg = load_config(args)
     src = open_lines(args.file, "import")  # before the ledger is opened: a regular file, or stdin not a device
@@ -176,9 +175,11 @@ def _since(text: str | None) -> str | None:
     """``--since``: a date or an ISO 8601 time, as the report compares it (UTC)."""
     if text is None:
         return None
+    from ..analysis.cohorts import SelectorError, checked_when
+
     try:
-        datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        checked_when("since", text)  # the one grammar of a date a command takes
+    except SelectorError:
         raise UsageError(f"--since: not a date or time: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
     return text
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from ..errors import AgentledgerError
+from ..userfiles import read_bytes
 
 
 class AlreadyRunning(AgentledgerError):
@@ -33,15 +34,20 @@ def hold_run_lock(store: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        try:
-            holder = pidfile.read_text("ascii", "replace").strip()[:20] or "?"
-        except OSError:
+        try:  # (a name beside the ledger: read as a user's file is, no FIFO waited on, 64 bytes at most)
+            holder = read_bytes(pidfile, "run lock", 64).decode("ascii", "replace").strip() or "?"
+        except (OSError, AgentledgerError):
             holder = "?"
         os.close(fd)
         raise AlreadyRunning(f"another agentledger run (pid {holder}) is running on {store}: one daemon per ledger;"
                              " stop that one first (systemctl stop agentledger, or kill it)") from None
-    try:
-        pidfile.write_text(f"{os.getpid()}\n", "ascii")
+    try:  # never through a link planted at that name, never blocked by a FIFO there
+        pid = os.open(pidfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                      0o644)
+        try:
+            os.write(pid, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(pid)
     except OSError:
         pass  # the refusal of a second daemon then names no pid
     return fd

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from pathlib import Path
-from ..terminal import shown
+
+from ..terminal import shown, shown_lines
 
 REASON_CHARS = 300  # a quarantine reason is at most this long
 
@@ -90,13 +90,8 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # not \t, \n
-
-
 def bounded(reason: str) -> str:
     """A quarantine reason fit to store, show and ship: control characters escaped
-    (``\\x00``; the line breaks of a multi-line parser message stay), at most
-    ``REASON_CHARS`` characters."""
-    text = _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                            else f"\\u{ord(m.group()):04x}", reason)
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"
+    (``\\x00``; the line breaks of a multi-line parser message stay: ``terminal.shown_lines``),
+    at most ``REASON_CHARS`` characters."""
+    return shown_lines(reason, REASON_CHARS)

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import IO
 
+from .. import names
 from ..errors import AgentledgerError
 
 EXPORT_FORMAT = 1
@@ -102,8 +103,8 @@ def _lone_surrogate(obj: object) -> str | None:
 # removed. So what the export said of a file is history; what the ledger holds of it
 # now is what the file says.
 RESTORED = "restored:unverified"
-_WHOLE_FILE_KINDS = ("record", "historical", "hook_outcomes", "labels", "misnamed", "verifier_result",
-                     "review_decision", "tasks", "annotation")
+_WHOLE_FILE_KINDS = (names.RECORD, names.HISTORICAL, names.HOOK, names.LABELS, names.MISNAMED,
+                     "verifier_result", "review_decision", "tasks", "annotation")  # (artifacts, trajectories)
 _RESTORED_CHECKPOINTS = (
     "INSERT OR IGNORE INTO source_checkpoints (source, path, kind, content_hash, last_seq)"
     f" SELECT source, source_path, kind, '{RESTORED}', seq FROM (SELECT source, source_path, seq, type,"

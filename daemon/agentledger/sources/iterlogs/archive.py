@@ -1,7 +1,7 @@
 """A large ``historical.yaml`` read an entry at a time (#56): composing the whole archive
-held its node tree, ~31 MB for every 1,000 iterations (3 GB at 100,000); an entry at a
-time holds one entry's nodes and the records made so far (20,000 iterations: 116 MB peak
-and 3.4 CPU s, against 631 MB and 11.9 s).
+held its node tree (100,000 iterations: 2,857 MB peak, 57.0 CPU s); an entry at a time
+holds one entry's nodes beside the text and the records made so far (414 MB, 34.4 s:
+``python bench/bench_archive.py --iterations 100000``).
 
 Only the archive's plain shape is read this way: comments, then ``iterations:`` as the one
 key at the root, then its entries, each a ``- `` line at one indentation and nothing at

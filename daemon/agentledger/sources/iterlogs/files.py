@@ -21,15 +21,14 @@ import stat as statmod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ... import names
 from ...config import IterationLogSource
+from ...names import HISTORICAL, HOOK, LABELS, MISNAMED, RECORD
 from ...output.sidecars import is_temp_name
 from ...store.events import Event, content_hash
+from ...terminal import shown
 from . import artifacts as A
 from .. import confine
-
-from ... import names
-from ...terminal import shown
-from ...names import HISTORICAL, HOOK, LABELS, MISNAMED, RECORD
 
 LOG_KINDS = (RECORD, HISTORICAL, HOOK, LABELS, MISNAMED)
 ARTIFACT_KINDS = (A.VERIFIER_RESULT, A.REVIEW_DECISION, A.TASKS)
@@ -289,7 +288,8 @@ def _parse(src: IterationLogSource, obs: Observation, data: bytes, limits: ReadL
     try:
         if c.kind == RECORD:
             rec = parse_record(text)
-            if rec.iteration < 0 or c.rel != names.iteration_file(RECORD, rec.iteration):  # it would take the place of another file's iteration
+            # a file that says another iteration would take the place of that one's record
+            if rec.iteration < 0 or c.rel != names.iteration_file(RECORD, rec.iteration):
                 obs.events.append(quarantine_event(
                     src, obs, f"{shown(c.rel)} says iteration {rec.iteration}, whose record is iter-{rec.iteration}.yaml;"
                               " not ingested (an iteration's record is the file named for it)"))
