@@ -1,6 +1,7 @@
 """A large historical.yaml read whole and an entry at a time: CPU seconds and peak RSS of
 each, each in a process of its own (VmHWM), on a real-format archive made from the
-fixture's entries (``--iterations``, default 20,000).
+fixture's entries (``--iterations``, default 20,000); the machine's pace at its start and end.
+The whole-document read is the floor the entry-at-a-time read is measured against.
 
     python bench/bench_archive.py [--iterations N]
 """
@@ -13,6 +14,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from _common import preamble
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "dot-agents" / ".agents" / "active" / "iteration-log" / "historical.yaml"
@@ -42,6 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=20_000)
     args = ap.parse_args()
+    print(preamble(), flush=True)
     path = Path("/tmp") / f"agentledger-bench-archive-{args.iterations}.yaml"
     path.write_text(archive(args.iterations))
     try:
